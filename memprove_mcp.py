@@ -1,0 +1,1702 @@
+#!/usr/bin/env python3
+"""memprove-mcp: the Model Context Protocol server of the memprove ledger.
+
+An agent (Claude Code or any MCP client) starts this module as a subprocess
+and speaks MCP to it over standard input and output; the server turns each
+tool call into requests to the local memprove daemon over loopback HTTP and
+into reads of the Workspace's context files.  It keeps nothing between calls:
+every call reads the configuration, the token and the context files again, so
+a `memprove run` in a shell and a tool call see each other at once.
+
+    python3 memprove_mcp.pyz mcp serve [--config-dir DIR]
+    python3 memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python]
+    python3 memprove_mcp.pyz --version | --help
+
+Two protocol eras are served side by side, decided for each message on its
+own: the 2026-07-28 revision (no handshake; the version rides in every
+request's `_meta`) and the `initialize` handshake of 2025-11-25 and
+2025-06-18.  Standard output carries protocol messages only; standard error
+carries one line per message received, never a token or an argument value.
+
+The module reads top to bottom in the order data flows through it:
+
+    1. Constants and Problems       limits, versions, the one error type
+    2. Command line                 main(), serve, print-config
+    3. Transport                    bounded line reader, writer, workers, log
+    4. Protocol eras                classify a message, answer it per era
+    5. Tool dispatch                the tool table, argument validation
+    6. Tools                        one function per tool
+    7. The per-call object          what one call knows: Workspace, agent
+    8. Configuration and Workspace  config dir, token, data dir, root
+    9. Context files                context.json, runs.jsonl
+   10. Daemon client                one table of operations, one send()
+   11. The Pack                     pure functions of a Capsule
+
+Only the standard library is used, and modules that only a daemon call needs
+are imported where they are used, so that start-up stays close to the
+interpreter's own.
+"""
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+# ---------------------------------------------------------------------------
+# 1. Constants and Problems
+# ---------------------------------------------------------------------------
+
+VERSION = "0.1.0"
+SERVER_NAME = "memprove"
+MODERN_VERSION = "2026-07-28"
+LEGACY_VERSIONS = ("2025-11-25", "2025-06-18")
+LEGACY_DEFAULT = "2025-11-25"
+
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT = "io.modelcontextprotocol/clientInfo"
+META_SERVER = "io.modelcontextprotocol/serverInfo"
+
+MAX_LINE = 16 * 1024 * 1024          # bytes in one input line, newline excluded
+MAX_BODY = 64 * 1024 * 1024          # bytes in one daemon answer
+MAX_CONTEXT_FILE = 1024 * 1024       # bytes of context.json worth parsing
+DEFAULT_TIMEOUT = 10.0               # seconds per daemon request
+LIST_TTL_MS = 3600000                # the tool list never changes in a process
+WORKERS = 8                          # tool calls running at once
+LOG_FIELD = 64                       # characters of a client-chosen log field
+
+INSTRUCTIONS = (
+    "memprove keeps each Task's working memory in a hash-chained ledger: call "
+    "`pack` to resume a Task (`tasks` lists them), then `begin` to open your "
+    "Session, and record what you learn with `checkpoint` and your choices "
+    "with `decide` as you work. Run tests in a shell with `memprove run` and "
+    "cite the run labels it prints (r1, r2, ...); `complete` the Task only on "
+    "passed runs, and `end` your Session when you stop."
+)
+
+PROBLEMS = {
+    "invalid_params": "The arguments do not match the tool's input schema.",
+    "token_missing": "No token was found in MEMPROVE_TOKEN, MEMPROVE_TOKEN_FILE or the configuration directory.",
+    "token_malformed": "The token has characters a bearer token cannot have.",
+    "data_dir_missing": "No data directory is configured in MEMPROVE_DATA_DIR or the configuration directory.",
+    "daemon_unavailable": "The memprove daemon is not running or cannot be reached.",
+    "daemon_address_refused": "The daemon address is not a loopback HTTP address, so the token was not sent.",
+    "daemon_timeout": "The memprove daemon did not answer in time; a write may have been made, so look before repeating it.",
+    "daemon_error": "The memprove daemon failed without a Problem.",
+    "context_unreadable": "The Workspace's context file cannot be read; `begin` starts a fresh one.",
+    "no_task": "The context names no Task; call `begin`, or pass `task` where the tool takes one.",
+    "no_session": "The context names no open Session; call `begin` first.",
+    "task_not_found": "No Task of this Workspace has that number.",
+    "session_not_found": "No Session of this Workspace has that number.",
+    "run_label_unknown": "A cited run label is not recorded in this Workspace's context.",
+    "no_passed_runs": "The context has no passed run for this Task; record one with `memprove run`.",
+    "runs_failing": "The latest run of a recorded command failed, so the Task cannot be completed.",
+    "internal_error": "The server failed unexpectedly.",
+    "unauthenticated": "The daemon did not accept the token.",
+    "token_revoked": "The token has been revoked.",
+    "scope_missing": "The token lacks a scope this tool needs.",
+    "role_forbidden": "The token's role may not perform this operation.",
+    "not_found": "The daemon has no such record.",
+    "claim_not_found": "No Claim of this Task has that number.",
+    "claim_not_active": "That Claim is already withdrawn or superseded.",
+    "session_not_open": "That Session has already ended.",
+    "invalid_transition": "The Task cannot move to that status from its current one.",
+    "evidence_invalid": "A cited Run does not belong to this Task or did not pass.",
+    "validation_failed": "The daemon rejected a field of the request.",
+    "idempotency_key_reused": "The daemon saw that write key with a different request.",
+}
+DAEMON_REFUSED = "The memprove daemon refused the request."
+PROBLEM_CODE = re.compile(r"[a-z][a-z0-9_]*\Z")
+
+
+class Problem(Exception):
+    """The one error a tool call ends in: a code, its fixed sentence, a hint.
+
+    The hint names an argument, a next step, or the labels and numbers at
+    fault; never a value the agent wrote, a path, or the token.
+    """
+
+    def __init__(self, code, hint=None):
+        Exception.__init__(self, code)
+        self.code = code
+        self.hint = hint
+
+    def text(self):
+        sentence = PROBLEMS.get(self.code, DAEMON_REFUSED)
+        if self.hint:
+            return "%s: %s %s" % (self.code, sentence, self.hint)
+        return "%s: %s" % (self.code, sentence)
+
+
+# ---------------------------------------------------------------------------
+# 2. Command line
+# ---------------------------------------------------------------------------
+
+USAGE = """\
+usage: memprove_mcp.pyz mcp serve [--config-dir DIR]
+       memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python]
+       memprove_mcp.pyz --version | --help
+
+  mcp serve         serve MCP on standard input and output until end of input
+  mcp print-config  print the .mcp.json entry that starts this server; writes nothing
+  --config-dir DIR  the memprove configuration directory (token, data-dir)
+  --python          name this interpreter as the command and the .pyz as its first argument
+"""
+
+
+class UsageError(Exception):
+    pass
+
+
+def main(argv=None):
+    """Run the command line; return the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        command, options = parse_command_line(argv)
+    except UsageError as error:
+        sys.stderr.write("memprove-mcp: %s (see --help)\n" % error)
+        return 2
+    if command == "help":
+        sys.stdout.write(USAGE)
+        return 0
+    if command == "version":
+        sys.stdout.write("memprove-mcp %s (%s)\n" % (VERSION, source_digest()[:12]))
+        return 0
+    if command == "print-config":
+        return print_config(options)
+    return serve(options)
+
+
+def parse_command_line(argv):
+    if argv in (["--help"], ["-h"]):
+        return "help", {}
+    if argv == ["--version"]:
+        return "version", {}
+    if len(argv) < 2 or argv[0] != "mcp" or argv[1] not in ("serve", "print-config"):
+        raise UsageError("expected 'mcp serve', 'mcp print-config', --version or --help")
+    command, rest = argv[1], argv[2:]
+    options = {"config_dir": None, "python": False}
+    while rest:
+        word = rest.pop(0)
+        if word == "--config-dir" or word.startswith("--config-dir="):
+            value = word.partition("=")[2] if "=" in word else (rest.pop(0) if rest else "")
+            if not value:
+                raise UsageError("--config-dir needs a directory")
+            options["config_dir"] = value
+        elif word == "--python" and command == "print-config":
+            options["python"] = True
+        else:
+            raise UsageError("unexpected argument for 'mcp %s'" % command)
+    return command, options
+
+
+def source_digest():
+    """SHA-256 of this module's source, whether it runs from a file or a zip."""
+    import hashlib
+    loader = globals().get("__loader__")
+    try:
+        data = loader.get_data(__file__)
+    except Exception:
+        with open(__file__, "rb") as handle:
+            data = handle.read()
+    return hashlib.sha256(data).hexdigest()
+
+
+def print_config(options):
+    """Print the client entry that starts this server; write nothing anywhere."""
+    config_dir = config_directory(options.get("config_dir"), os.environ)
+    program = os.path.abspath(sys.argv[0])
+    args = ["mcp", "serve", "--config-dir", config_dir]
+    if options.get("python"):
+        command, args = os.path.abspath(sys.executable), [program] + args
+    else:
+        command = program
+    entry = {"mcpServers": {"memprove": {
+        "type": "stdio", "command": command, "args": args,
+        "env": {"MEMPROVE_CONFIG_DIR": config_dir}}}}
+    sys.stdout.write(json.dumps(entry, indent=2, ensure_ascii=False) + "\n")
+    root = find_workspace(os.environ)[0]
+    sys.stderr.write("memprove-mcp: put this entry in %s (project scope) or in "
+                     "~/.claude.json (local or user scope).\n"
+                     % os.path.join(root, ".mcp.json"))
+    return 0
+
+
+def serve(options):
+    install_signal_handlers()
+    transport = Transport(options)
+    transport.run(sys.stdin.buffer)
+    return 0
+
+
+def install_signal_handlers():
+    # A client that stops us wants us gone at once, without a traceback.
+    import signal
+
+    def leave(signum, frame):
+        os._exit(0)
+
+    for name in ("SIGTERM", "SIGINT"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), leave)
+
+
+# ---------------------------------------------------------------------------
+# 3. Transport
+# ---------------------------------------------------------------------------
+# One thread reads and classifies lines in arrival order and answers the
+# quick methods itself; tool calls go to a few worker threads, so that `ping`
+# and `tools/list` are answered while a call waits on the daemon.  One lock
+# keeps output lines whole.
+
+def read_line(stream):
+    """Return (line, oversized); line is None at end of input.
+
+    A line longer than MAX_LINE is read through and dropped, so memory stays
+    bounded whatever the client sends.
+    """
+    line = stream.readline(MAX_LINE + 1)
+    if not line:
+        return None, False
+    if len(line) <= MAX_LINE or line.endswith(b"\n"):
+        return line, False
+    while True:
+        rest = stream.readline(1 << 20)
+        if not rest or rest.endswith(b"\n"):
+            return b"", True
+
+
+def encode_message(message):
+    try:
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (say, in an echoed id) cannot be UTF-8: escape it.
+        data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("ascii")
+    # JSON allows raw U+2028/U+2029, but some line splitters break on them.
+    return data.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029") + b"\n"
+
+
+def log_field(value):
+    """A client-chosen method or id as it goes into the log: JSON, cut short."""
+    if value is ABSENT:
+        return "-"
+    return json.dumps(value, ensure_ascii=True)[:LOG_FIELD]
+
+
+ABSENT = object()
+
+
+class Transport:
+    """The stdio connection: reading, writing, workers, cancellation, log."""
+
+    def __init__(self, options):
+        self.options = options
+        self.out = sys.stdout.buffer
+        self.write_lock = threading.Lock()
+        self.log_lock = threading.Lock()
+        self.flight_lock = threading.Lock()
+        self.in_flight = {}          # request key -> {"cancelled": bool}
+        self.legacy = None           # {"version", "client"} once initialize is answered
+        self.queue = None
+        self.workers = []
+
+    # -- reading ------------------------------------------------------------
+
+    def run(self, stream):
+        while True:
+            line, oversized = read_line(stream)
+            if line is None:
+                break
+            started = time.monotonic()
+            if oversized:
+                self.reply_error(ABSENT, -32600, "Invalid Request: the line is longer than 16 MiB")
+                self.log("-", ABSENT, ABSENT, "-", "-32600", started)
+                continue
+            if line.endswith(b"\n"):
+                line = line[:-1]
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line.strip():
+                continue
+            self.handle_line(line, started)
+        self.finish()
+
+    def finish(self):
+        """End of input: let every call in flight answer, then return."""
+        if self.queue is not None:
+            for _ in self.workers:
+                self.queue.put(None)
+            for worker in self.workers:
+                worker.join()
+
+    def handle_line(self, line, started):
+        try:
+            message = json.loads(line.decode("utf-8"), parse_constant=reject_constant)
+        except (ValueError, RecursionError):
+            self.reply_error(ABSENT, -32700, "Parse error: the line is not a JSON-RPC message in UTF-8 JSON")
+            self.log("-", ABSENT, ABSENT, "-", "-32700", started)
+            return
+        try:
+            handle_message(self, message, started)
+        except Exception:
+            # No message may stop the server; what slipped through is ours.
+            record_internal_error(sys.exc_info())
+            request_id = message.get("id", ABSENT) if isinstance(message, dict) else ABSENT
+            if not is_valid_id(request_id):
+                request_id = ABSENT
+            self.reply_error(request_id, -32603, "Internal error")
+            self.log("-", ABSENT, request_id, "-", "-32603", started)
+
+    # -- writing ------------------------------------------------------------
+
+    def write(self, message):
+        data = encode_message(message)
+        with self.write_lock:
+            try:
+                self.out.write(data)
+                self.out.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                # The client closed our standard output: nobody is listening.
+                os._exit(0)
+
+    def reply(self, request_id, result):
+        self.write({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def reply_error(self, request_id, code, message, data=None):
+        error = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        response = {"jsonrpc": "2.0"}
+        if request_id is not ABSENT:
+            response["id"] = request_id
+        response["error"] = error
+        self.write(response)
+
+    def log(self, era, method, request_id, tool, outcome, started, warning=None):
+        elapsed = int((time.monotonic() - started) * 1000)
+        line = "memprove-mcp %s %s id=%s tool=%s %s %dms" % (
+            era, log_field(method), log_field(request_id), tool, outcome, elapsed)
+        if warning:
+            line += " warning=" + warning
+        with self.log_lock:
+            try:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+
+    # -- tool calls in flight -----------------------------------------------
+
+    def submit(self, job):
+        if self.queue is None:
+            import queue
+            self.queue = queue.Queue()
+        with self.flight_lock:
+            self.in_flight[request_key(job["id"])] = job
+            waiting = len(self.in_flight)
+        # One more worker whenever every worker is taken, up to WORKERS.
+        if waiting > len(self.workers) and len(self.workers) < WORKERS:
+            worker = threading.Thread(target=self.work, name="memprove-call", daemon=True)
+            self.workers.append(worker)
+            worker.start()
+        self.queue.put(job)
+
+    def work(self):
+        while True:
+            job = self.queue.get()
+            if job is None:
+                return
+            if not job["cancelled"]:
+                outcome = run_tool_call(self, job)
+            with self.flight_lock:
+                self.in_flight.pop(request_key(job["id"]), None)
+                cancelled = job["cancelled"]
+            if cancelled:
+                self.log(job["era"], job["method"], job["id"], job["tool"], "cancelled", job["started"])
+            else:
+                self.reply(job["id"], outcome["result"])
+                self.log(job["era"], job["method"], job["id"], job["tool"], outcome["code"],
+                         job["started"], outcome.get("warning"))
+
+    def cancel(self, request_id):
+        with self.flight_lock:
+            job = self.in_flight.get(request_key(request_id))
+            if job is not None:
+                job["cancelled"] = True
+
+
+def request_key(request_id):
+    # 1 and "1" are different requests.
+    return (type(request_id).__name__, request_id)
+
+
+def reject_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def is_valid_id(value):
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def record_internal_error(exc_info):
+    """Append a traceback's frames and type to MEMPROVE_MCP_LOG, if it is set.
+
+    Only file, line, function and the exception's type are written: an
+    exception's message or a frame's locals could carry a token or a value.
+    """
+    path = os.environ.get("MEMPROVE_MCP_LOG")
+    if not path:
+        return
+    import traceback
+    kind, _, tb = exc_info
+    lines = ["%s internal_error %s" % (utc_now(), kind.__name__)]
+    for frame in traceback.extract_tb(tb):
+        lines.append('  File "%s", line %d, in %s' % (frame.filename, frame.lineno, frame.name))
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------------
+# 4. Protocol eras
+# ---------------------------------------------------------------------------
+# protocol.md, "Deciding the era of a request": an `initialize` with a string
+# protocolVersion is the legacy handshake; a request whose _meta holds the
+# protocol-version key is modern and stands alone; anything else is legacy
+# once an `initialize` has been answered in this process.
+
+def handle_message(transport, message, started):
+    if isinstance(message, list):
+        transport.reply_error(ABSENT, -32600, "Invalid Request: batches are not supported")
+        transport.log("-", ABSENT, ABSENT, "-", "-32600", started)
+        return
+    if not isinstance(message, dict):
+        transport.reply_error(ABSENT, -32600, "Invalid Request: a message is a JSON object")
+        transport.log("-", ABSENT, ABSENT, "-", "-32600", started)
+        return
+    request_id = message.get("id", ABSENT)
+    method = message.get("method", ABSENT)
+    echo_id = request_id if is_valid_id(request_id) else ABSENT
+    logged_method = method if isinstance(method, str) else ABSENT
+
+    def invalid(reason):
+        transport.reply_error(echo_id, -32600, "Invalid Request: " + reason)
+        transport.log("-", logged_method, echo_id, "-", "-32600", started)
+
+    if message.get("jsonrpc") != "2.0":
+        return invalid('"jsonrpc" must be "2.0"')
+    if method is ABSENT:
+        if request_id is not ABSENT and ("result" in message or "error" in message):
+            # A client's response: we send no requests, so there is nothing to match.
+            transport.log("-", ABSENT, echo_id, "-", "response", started)
+            return
+        return invalid('a request needs a "method"')
+    if not isinstance(method, str):
+        return invalid('"method" must be a string')
+    if request_id is ABSENT:
+        handle_notification(transport, method, message.get("params"))
+        transport.log("-", method, ABSENT, "-", "notification", started)
+        return
+    if echo_id is ABSENT:
+        return invalid('"id" must be a string or an integer')
+    handle_request(transport, method, request_id, message.get("params"), started)
+
+
+def handle_notification(transport, method, params):
+    if method == "notifications/cancelled" and isinstance(params, dict):
+        request_id = params.get("requestId", ABSENT)
+        if is_valid_id(request_id):
+            transport.cancel(request_id)
+    # Every other notification (initialized, roots, progress...) needs nothing.
+
+
+def handle_request(transport, method, request_id, params, started):
+    fields = params if isinstance(params, dict) else {}
+    meta = fields.get("_meta")
+    claims_modern = isinstance(meta, dict) and META_VERSION in meta
+
+    if method == "initialize" and isinstance(fields.get("protocolVersion"), str):
+        era, answer = "legacy", answer_initialize(transport, fields)
+    elif claims_modern:
+        era, answer = "modern", answer_modern(method, fields, meta)
+    elif method in ("server/discover", "subscriptions/listen"):
+        era, answer = "-", error_answer(-32602, "Invalid params: %s needs params._meta with %s and %s"
+                                        % (method, META_VERSION, META_CAPABILITIES))
+    elif method == "ping":
+        era, answer = ("legacy" if transport.legacy else "-"), {"result": {}}
+    elif transport.legacy is not None:
+        era, answer = "legacy", answer_legacy(transport, method, fields)
+    else:
+        era, answer = "-", error_answer(-32602, "Invalid params: this request needs either "
+                                        "initialize first or the 2026-07-28 _meta fields (%s, %s)"
+                                        % (META_VERSION, META_CAPABILITIES))
+
+    if params is not None and not isinstance(params, dict) and "error" not in answer:
+        answer = error_answer(-32602, "Invalid params: params must be an object")
+
+    if "call" in answer:
+        call = answer["call"]
+        call.update(id=request_id, method=method, era=era, started=started, cancelled=False)
+        transport.submit(call)
+        return
+    if "error" in answer:
+        error = answer["error"]
+        transport.reply_error(request_id, error["code"], error["message"], error.get("data"))
+        outcome = str(error["code"])
+    else:
+        result = answer["result"]
+        if era == "modern":
+            result = modern_result(result)
+        transport.reply(request_id, result)
+        outcome = "ok"
+    tool = answer.get("tool", "-")
+    transport.log(era, method, request_id, tool, outcome, started)
+
+
+def error_answer(code, message, data=None, tool="-"):
+    error = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"error": error, "tool": tool}
+
+
+def modern_result(result):
+    decorated = {"resultType": "complete"}
+    decorated.update(result)
+    decorated["_meta"] = {META_SERVER: {"name": SERVER_NAME, "version": VERSION}}
+    return decorated
+
+
+def answer_initialize(transport, fields):
+    asked = fields["protocolVersion"]
+    version = asked if asked in LEGACY_VERSIONS else LEGACY_DEFAULT
+    transport.legacy = {"version": version, "client": client_name(fields.get("clientInfo"))}
+    return {"result": {
+        "protocolVersion": version,
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": SERVER_NAME, "version": VERSION},
+        "instructions": INSTRUCTIONS,
+    }}
+
+
+def answer_legacy(transport, method, fields):
+    if method == "tools/list":
+        return {"result": {"tools": tool_listing()}}
+    if method == "tools/call":
+        return prepare_tool_call(fields, transport.legacy["client"])
+    if method == "initialize":
+        return error_answer(-32602, "Invalid params: initialize needs a string params.protocolVersion")
+    return error_answer(-32601, "Method not found: %s" % method[:LOG_FIELD])
+
+
+def answer_modern(method, fields, meta):
+    """The 2026-07-28 envelope ladder, then the method; first failure wins."""
+    if META_CAPABILITIES not in meta:
+        return error_answer(-32602, "Invalid params: params._meta is missing %s" % META_CAPABILITIES)
+    if not isinstance(meta[META_CAPABILITIES], dict):
+        return error_answer(-32602, "Invalid params: %s must be an object" % META_CAPABILITIES)
+    version = meta[META_VERSION]
+    if not isinstance(version, str):
+        return error_answer(-32602, "Invalid params: %s must be a string" % META_VERSION)
+    if version != MODERN_VERSION:
+        return error_answer(-32022, "Unsupported protocol version",
+                            {"supported": [MODERN_VERSION], "requested": version})
+    if method == "server/discover":
+        return {"result": {
+            "supportedVersions": [MODERN_VERSION],
+            "capabilities": {"tools": {}},
+            "instructions": INSTRUCTIONS,
+            "ttlMs": LIST_TTL_MS,
+            "cacheScope": "public",
+        }}
+    if method == "tools/list":
+        return {"result": {"tools": tool_listing(), "ttlMs": LIST_TTL_MS, "cacheScope": "public"}}
+    if method == "tools/call":
+        return prepare_tool_call(fields, client_name(meta.get(META_CLIENT)))
+    return error_answer(-32601, "Method not found: %s" % method[:LOG_FIELD])
+
+
+def client_name(info):
+    if isinstance(info, dict) and isinstance(info.get("name"), str):
+        name = fold(info["name"])[:64]
+        return name or None
+    return None
+
+
+# ---------------------------------------------------------------------------
+# 5. Tool dispatch
+# ---------------------------------------------------------------------------
+# The tool table is the one place a tool is declared: its schemas, its
+# annotations and its handler.  Arguments are checked against the input
+# schema by one validator, before anything is read or sent.
+
+def prepare_tool_call(fields, client):
+    name = fields.get("name")
+    if not isinstance(name, str):
+        return error_answer(-32602, "Invalid params: tools/call needs a string name", tool="?")
+    tool = TOOLS_BY_NAME.get(name)
+    if tool is None:
+        return error_answer(-32602, "Invalid params: no tool has that name", tool="?")
+    arguments = fields.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return error_answer(-32602, "Invalid params: arguments must be an object", tool=name)
+    return {"call": {"tool": name, "arguments": arguments, "client": client}, "tool": name}
+
+
+def run_tool_call(transport, job):
+    """Run one tool call; return {"result", "code", "warning"} for the answer and the log."""
+    tool = TOOLS_BY_NAME[job["tool"]]
+    call = None
+    try:
+        # The arguments first: bad ones must not cause a single read or request.
+        arguments = validate(tool["inputSchema"], job["arguments"])
+        call = Call(transport.options, job["client"])
+        value = tool["handler"](call, arguments)
+        if isinstance(value, tuple):
+            value, text = value
+        else:
+            text = json.dumps(value, ensure_ascii=False)
+        result = {"content": [{"type": "text", "text": text}],
+                  "structuredContent": value, "isError": False}
+        code = "ok"
+    except Exception as error:
+        if not isinstance(error, Problem):
+            record_internal_error(sys.exc_info())
+            error = Problem("internal_error")
+        result = {"content": [{"type": "text", "text": error.text()}], "isError": True}
+        code = error.code
+    if job["era"] == "modern":
+        result = modern_result(result)
+    too_open = call is not None and call.token_too_open
+    return {"result": result, "code": code, "warning": "token_file_too_open" if too_open else None}
+
+
+# -- schema building blocks (keywords that mean the same in draft-07 and 2020-12)
+
+NUMBER = {"type": "integer", "minimum": 1}
+
+
+def nullable(schema):
+    widened = dict(schema)
+    widened["type"] = [schema["type"], "null"]
+    return widened
+
+
+def text(max_length, min_length=1):
+    return {"type": "string", "minLength": min_length, "maxLength": max_length}
+
+
+def listing(items, max_items=50, min_items=0):
+    schema = {"type": "array", "items": items, "maxItems": max_items}
+    if min_items:
+        schema["minItems"] = min_items
+    return schema
+
+
+def inputs(properties, required=()):
+    return {"type": "object", "properties": properties, "required": list(required),
+            "additionalProperties": False}
+
+
+def outputs(properties):
+    """An output schema: every property is always present, in this order."""
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+ID = {"type": ["string", "null"]}
+AGENT = outputs({"name": {"type": "string"}, "role": {"type": "string"}})
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+BOOLEAN = {"type": "boolean"}
+TASK_STATUS = {"type": "string", "enum": ["open", "active", "done"]}
+
+# Where an agent finds the number an argument takes, for the "never a UUID" hint.
+NUMBER_SOURCES = {"task": "tasks", "numbers": "pack", "session": "begin",
+                  "parent_session": "begin", "abandoned": "context",
+                  "reaffirm": "pack", "withdraw": "pack", "supersedes": "pack"}
+
+
+def tool(name, title, description, input_schema, output_schema, handler, read_only):
+    annotations = {"title": title, "readOnlyHint": read_only}
+    if not read_only:
+        annotations.update(destructiveHint=False, idempotentHint=False)
+    annotations["openWorldHint"] = False
+    return {"name": name, "title": title, "description": description,
+            "inputSchema": input_schema, "outputSchema": output_schema,
+            "annotations": annotations, "handler": handler}
+
+
+def tool_listing():
+    return [dict((key, value) for key, value in entry.items() if key != "handler")
+            for entry in TOOLS]
+
+
+def validate(schema, value, name=None):
+    """Check `value` against the schema subset the tool table uses.
+
+    Returns the value with numbers normalised (tools.md takes 3.0 and "3" as
+    the integer 3).  Raises Problem("invalid_params") naming the argument and
+    never repeating its value.
+    """
+    where = "`%s`" % name if name else "The arguments"
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if value is None and "null" in kinds:
+        return None
+    if "integer" in kinds:
+        value = as_integer(value, name)
+        if "minimum" in schema and value < schema["minimum"] or \
+                "maximum" in schema and value > schema["maximum"]:
+            raise invalid("%s must be %s." % (where, integer_range(schema)))
+    elif "string" in kinds:
+        if not isinstance(value, str):
+            raise invalid("%s must be a string." % where)
+        if len(value) > schema.get("maxLength", len(value)):
+            raise invalid("%s is longer than %d characters." % (where, schema["maxLength"]))
+        if len(value) < schema.get("minLength", 0):
+            raise invalid("%s must not be empty." % where)
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            raise invalid("%s must match %s." % (where, schema["pattern"]))
+    elif "boolean" in kinds:
+        if not isinstance(value, bool):
+            raise invalid("%s must be true or false." % where)
+    elif "array" in kinds:
+        if not isinstance(value, list):
+            raise invalid("%s must be a list." % where)
+        if len(value) > schema.get("maxItems", len(value)):
+            raise invalid("%s has more than %d items." % (where, schema["maxItems"]))
+        if len(value) < schema.get("minItems", 0):
+            raise invalid("%s needs at least %d item." % (where, schema["minItems"]))
+        value = [validate(schema["items"], item, "%s[%d]" % (name, index))
+                 for index, item in enumerate(value)]
+    elif "object" in kinds:
+        value = validate_object(schema, value, name)
+    if "enum" in schema and value not in schema["enum"]:
+        raise invalid("%s must be one of: %s." % (where, ", ".join(map(str, schema["enum"]))))
+    return value
+
+
+def validate_object(schema, value, name):
+    where = "`%s`" % name if name else "The arguments"
+    if not isinstance(value, dict):
+        raise invalid("%s must be an object." % where)
+    properties = schema.get("properties", {})
+    for key in value:
+        if key not in properties and schema.get("additionalProperties") is False:
+            if re.match(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z", key):
+                raise invalid("`%s` is not an argument of this tool." % key)
+            raise invalid("An argument this tool does not take was given.")
+    for key in schema.get("required", ()):
+        if key not in value:
+            raise invalid("`%s` is required." % (key if not name else "%s.%s" % (name, key)))
+    checked = {}
+    for key, item in value.items():
+        checked[key] = validate(properties[key], item, key if not name else "%s.%s" % (name, key))
+    return checked
+
+
+UUID_SHAPE = re.compile(r"\{?[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+                        r"[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\}?\Z")
+
+
+def as_integer(value, name):
+    where = "`%s`" % name
+    if isinstance(value, bool):
+        raise invalid("%s must be a whole number." % where)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        if value.isascii() and value.isdigit() and len(value) <= 18:
+            return int(value)
+        if UUID_SHAPE.match(value.strip()):
+            base = (name or "").split("[")[0].split(".")[0]
+            source = NUMBER_SOURCES.get(base)
+            if source:
+                raise invalid("%s takes a number from `%s`, never a UUID." % (where, source))
+            raise invalid("%s takes a number, never a UUID." % where)
+    raise invalid("%s must be a whole number." % where)
+
+
+def integer_range(schema):
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if high is None:
+        return "%d or more" % low
+    return "from %d to %d" % (low, high)
+
+
+def invalid(hint):
+    return Problem("invalid_params", hint)
+
+
+# ---------------------------------------------------------------------------
+# 6. Tools
+# ---------------------------------------------------------------------------
+# Each takes the per-call object and the validated arguments and returns the
+# result object, whose first keys are always `task_id` and `session_id`; or
+# (object, text) when the text content is not the object as JSON.
+
+def tool_context(call, args):
+    context, error = call.context_or_error()
+    task, session = context.get("task"), context.get("session")
+    result = {"task_id": task["id"] if task else None,
+              "session_id": session["id"] if session else None}
+    if error:
+        result["context_error"] = error
+    root, found_by, marked = call.workspace
+    result["workspace"] = {"root": root, "found_by": found_by, "marked": marked}
+    result["task"] = {"number": task["number"], "title": fold(task.get("title"))} if task else None
+    if session:
+        agent = session.get("agent") or {}
+        parent = session.get("parent") or {}
+        result["session"] = {"number": session["number"],
+                             "agent": {"name": fold(agent.get("name")), "role": fold(agent.get("role"))},
+                             "parent": parent.get("number")}
+    else:
+        result["session"] = None
+    result["agent"] = call.agent(context)
+    runs = [run for run in call.runs() if task and run.get("task_id") == task["id"]]
+    runs = sorted(enumerate(runs), key=lambda pair: (str(pair[1].get("finished_at") or ""), pair[0]),
+                  reverse=True)
+    result["runs"] = [{"label": run.get("label"), "passed": run.get("passed") is True,
+                       "exit_code": run.get("exit_code"), "command": fold(run.get("command")),
+                       "finished_at": run.get("finished_at")} for _, run in runs[:50]]
+    result["config"] = call.config_report()
+    return result
+
+
+def tool_tasks(call, args):
+    context = call.context()
+    query = {"workspace": call.root}
+    if args.get("status"):
+        query["status"] = args["status"]
+    answer = call.send("listTasks", query=query)
+    current = (context.get("task") or {}).get("id")
+    tasks = [{"number": field(task, "number", int), "title": fold(task.get("title")),
+              "status": field(task, "status", str), "open_items": field(task, "open_items", int),
+              "sessions_open": field(task, "sessions_open", int),
+              "current": task.get("id") == current and current is not None}
+             for task in field(answer, "tasks", list)]
+    return dict(call.ids(context), workspace=call.root, tasks=tasks)
+
+
+def tool_ledger_verify(call, args):
+    context = call.context()
+    answer = call.send("verifyLedger", body={})
+    first_bad = answer.get("first_bad")
+    if first_bad is not None:
+        first_bad = {"seq": field(first_bad, "seq", int), "reason": field(first_bad, "reason", str)}
+    return dict(call.ids(context), ok=field(answer, "ok", bool), entries=field(answer, "entries", int),
+                head=field(answer, "head", str), first_bad=first_bad)
+
+
+def tool_pack(call, args):
+    context = call.context()
+    task_id = call.task_id(args.get("task"), context)
+    capsule = call.capsule(task_id)
+    budget = args.get("budget", 6000)
+    query = args.get("query")
+    agent = call.agent(context)
+    try:
+        rendered = render_pack(capsule, budget, query)
+        opening = opening_statement(capsule, utc_now(), agent["name"], agent["role"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise Problem("daemon_error", "Its Capsule could not be read.")
+    result = dict(call.ids(context, task_id), task=capsule["task"]["number"], budget=budget)
+    for key in ("units", "claims_shown", "claims_left_out", "runs_left_out", "lines_cut"):
+        result[key] = rendered[key]
+    result["opening"] = opening
+    result["pack"] = rendered["pack"]
+    return result, opening + "\n\n" + rendered["pack"]
+
+
+def tool_claims(call, args):
+    context = call.context()
+    task_id = call.task_id(args.get("task"), context)
+    capsule = call.capsule(task_id)
+    try:
+        by_number = dict((claim["number"], claim) for claim in capsule["claims"])
+        wanted = []
+        for number in args["numbers"]:
+            if number not in wanted:
+                wanted.append(number)
+        given, missing, left_out, units = [], [], [], 0
+        for number in wanted:
+            claim = by_number.get(number)
+            if claim is None:
+                missing.append(number)
+                continue
+            line = claim_line(claim)
+            size = utf16_len(line)
+            if left_out or (given and units + size > CLAIMS_BUDGET):
+                left_out.append(number)
+                continue
+            units += size
+            given.append({"number": number, "kind": fold(claim.get("kind")),
+                          "state": fold(claim.get("state")), "line": line})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise Problem("daemon_error", "Its Capsule could not be read.")
+    return dict(call.ids(context, task_id), task=capsule["task"]["number"], claims=given,
+                missing=missing, left_out=left_out)
+
+
+CLAIMS_BUDGET = 60000
+
+
+def field(record, key, kind):
+    """A field of a daemon answer, or daemon_error: its records are not ours to trust."""
+    value = record.get(key) if isinstance(record, dict) else None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise Problem("daemon_error", "Its answer lacked a field.")
+    return value
+
+
+# -- the tool table ----------------------------------------------------------
+
+RESULT_IDS = {"task_id": ID, "session_id": ID}
+
+TOOLS = [
+    tool("pack", "Resume a Task from its Pack",
+         "Resume a Task: returns its Pack, the digest a fresh session reads first "
+         "(the Task, its open Sessions, the ledger head, then the next action, open items, "
+         "decisions, facts and test runs), after one opening line. Call it when you start or "
+         "resume work. `task` is a number from `tasks` (default: the context's Task); `budget` "
+         "caps the Pack in UTF-16 code units (500-60000, default 6000); `query` keeps only lines "
+         "containing every word of it. A footer counts what was left out or cut; fetch those "
+         "claims in full with `claims`.",
+         inputs({"task": NUMBER,
+                 "budget": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 6000},
+                 "query": {"type": "string", "maxLength": 200},
+                 "manifest": {"type": "boolean", "description": "Accepted and ignored."}}),
+         outputs(dict(RESULT_IDS, task=INTEGER, budget=INTEGER, units=INTEGER, claims_shown=INTEGER,
+                      claims_left_out=INTEGER, runs_left_out=INTEGER, lines_cut=INTEGER,
+                      opening=STRING, pack=STRING)),
+         tool_pack, True),
+    tool("claims", "Read claims in full",
+         "Give the full, uncut lines of claims by number (c12 in the Pack is number 12), "
+         "withdrawn and superseded ones too, with their kind and state. Use it when the Pack "
+         "cut a line (it ends in ...) or its footer says claims were left out. `task` defaults "
+         "to the context's Task. Numbers the Task lacks are listed in `missing`; lines past "
+         "60000 UTF-16 code units in `left_out`.",
+         inputs({"numbers": listing(NUMBER, 50, 1), "task": NUMBER}, ["numbers"]),
+         outputs(dict(RESULT_IDS, task=INTEGER,
+                      claims={"type": "array", "items": outputs({
+                          "number": INTEGER, "kind": STRING, "state": STRING, "line": STRING})},
+                      missing={"type": "array", "items": INTEGER},
+                      left_out={"type": "array", "items": INTEGER})),
+         tool_claims, True),
+    tool("context", "Show the local context",
+         "Show what this server sees on this machine, without asking the daemon: the Workspace "
+         "root, the context's Task and Session, the agent name and role it acts as, the Task's "
+         "recorded test runs (the labels to cite, newest first), and where the token and data "
+         "directory come from. Call it first when another tool reports a configuration or "
+         "context problem.",
+         inputs({}),
+         outputs(dict(RESULT_IDS,
+                      workspace=outputs({"root": STRING, "found_by": STRING, "marked": BOOLEAN}),
+                      task={"type": ["object", "null"]},
+                      session={"type": ["object", "null"]},
+                      agent=outputs({"name": STRING, "role": STRING, "name_from": STRING,
+                                     "role_from": STRING}),
+                      runs={"type": "array", "items": {"type": "object"}},
+                      config=outputs({"config_dir": STRING, "token_from": nullable(STRING),
+                                      "token_file_mode": nullable(STRING),
+                                      "data_dir": nullable(STRING), "data_dir_from": nullable(STRING),
+                                      "daemon_url": nullable(STRING),
+                                      "warnings": {"type": "array", "items": STRING}}))),
+         tool_context, True),
+    tool("tasks", "List the Workspace's Tasks",
+         "List the Tasks of this Workspace by number, with status, open items and open Sessions; "
+         "`current` marks the context's Task. Use a number from here as `task` in `pack`, "
+         "`claims` or `begin`. `status` filters: open, active or done.",
+         inputs({"status": TASK_STATUS}),
+         outputs(dict(RESULT_IDS, workspace=STRING,
+                      tasks={"type": "array", "items": outputs({
+                          "number": INTEGER, "title": STRING, "status": STRING,
+                          "open_items": INTEGER, "sessions_open": INTEGER, "current": BOOLEAN})})),
+         tool_tasks, True),
+    tool("ledger_verify", "Verify the ledger's hash chain",
+         "Recompute the daemon's hash-chained ledger and say whether it holds: the number of "
+         "entries, the head hash (the Pack's Ledger line shows its first 12 digits) and the "
+         "first entry that does not hold, if any.",
+         inputs({}),
+         outputs(dict(RESULT_IDS, ok=BOOLEAN, entries=INTEGER, head=STRING,
+                      first_bad={"type": ["object", "null"]})),
+         tool_ledger_verify, True),
+]
+TOOLS_BY_NAME = dict((entry["name"], entry) for entry in TOOLS)
+
+
+# ---------------------------------------------------------------------------
+# 7. The per-call object
+# ---------------------------------------------------------------------------
+# Built fresh for every tool call: this is where "nothing is kept between
+# calls" lives.  The Workspace is found at once (it is cheap and every tool
+# needs it); the token, the data directory and the daemon's address only when
+# the first daemon request is about to be sent (contract.md §4's order).
+
+class Call:
+    def __init__(self, options, client):
+        self.environ = dict(os.environ)
+        self.config_dir = config_directory(options.get("config_dir"), self.environ)
+        self.client = client
+        self.workspace = find_workspace(self.environ)
+        self.root = self.workspace[0]
+        self.token_too_open = False
+        self.daemon = None
+        self._context = None
+
+    # -- context files ------------------------------------------------------
+
+    def context_or_error(self):
+        if self._context is None:
+            self._context = read_context(self.root)
+        return self._context
+
+    def context(self):
+        """The context, or context_unreadable for every tool but context and begin."""
+        context, error = self.context_or_error()
+        if error:
+            raise Problem(error)
+        return context
+
+    def runs(self):
+        return read_runs(self.root)
+
+    def ids(self, context, task_id=ABSENT):
+        task, session = context.get("task"), context.get("session")
+        if task_id is ABSENT:
+            task_id = task["id"] if task else None
+        return {"task_id": task_id, "session_id": session["id"] if session else None}
+
+    def agent(self, context):
+        """The server's agent: environment, else context, else client, else default."""
+        session = context.get("session") or {}
+        recorded = session.get("agent") or {}
+        name = fold(self.environ.get("MEMPROVE_AGENT_NAME"))[:64]
+        role = self.environ.get("MEMPROVE_AGENT_ROLE") or ""
+        agent = {}
+        if name:
+            agent["name"], agent["name_from"] = name, "environment"
+        elif isinstance(recorded.get("name"), str) and fold(recorded["name"]):
+            agent["name"], agent["name_from"] = fold(recorded["name"])[:64], "context"
+        elif self.client:
+            agent["name"], agent["name_from"] = self.client, "client"
+        else:
+            agent["name"], agent["name_from"] = "agent", "default"
+        if ROLE.match(role):
+            agent["role"], agent["role_from"] = role, "environment"
+        elif isinstance(recorded.get("role"), str) and ROLE.match(recorded["role"]):
+            agent["role"], agent["role_from"] = recorded["role"], "context"
+        elif self.client:
+            agent["role"], agent["role_from"] = "implementer", "client"
+        else:
+            agent["role"], agent["role_from"] = "implementer", "default"
+        return {"name": agent["name"], "role": agent["role"],
+                "name_from": agent["name_from"], "role_from": agent["role_from"]}
+
+    # -- configuration --------------------------------------------------------
+
+    def config_report(self):
+        """What `context` says of the configuration; never the token itself."""
+        report = {"config_dir": self.config_dir, "token_from": None, "token_file_mode": None,
+                  "data_dir": None, "data_dir_from": None, "daemon_url": None, "warnings": []}
+        warnings = report["warnings"]
+        source, path = token_source(self.environ, self.config_dir)
+        report["token_from"] = source
+        if path:
+            try:
+                token, too_open = read_token_file(path)
+                report["token_file_mode"] = "too_open" if too_open else "ok"
+            except Problem:
+                warnings.append(source if source != "config" else "token")
+        try:
+            data_dir, report["data_dir_from"] = data_directory(self.environ, self.config_dir)
+            report["data_dir"] = data_dir
+            report["daemon_url"] = read_daemon_url(data_dir)
+        except Problem:
+            pass
+        if self.environ.get("MEMPROVE_TIMEOUT") and timeout_setting(self.environ) is None:
+            warnings.append("MEMPROVE_TIMEOUT")
+        parent = self.environ.get("MEMPROVE_PARENT_SESSION")
+        if parent and not (parent.isdigit() and int(parent) >= 1):
+            warnings.append("MEMPROVE_PARENT_SESSION")
+        role = self.environ.get("MEMPROVE_AGENT_ROLE")
+        if role and not ROLE.match(role):
+            warnings.append("MEMPROVE_AGENT_ROLE")
+        name = self.environ.get("MEMPROVE_AGENT_NAME")
+        if name and not fold(name):
+            warnings.append("MEMPROVE_AGENT_NAME")
+        return report
+
+    # -- the daemon ---------------------------------------------------------
+
+    def send(self, operation, path=None, query=None, body=None):
+        if self.daemon is None:
+            token, self.token_too_open = read_token(self.environ, self.config_dir)
+            data_dir = data_directory(self.environ, self.config_dir)[0]
+            self.daemon = DaemonClient(read_daemon_url(data_dir), token,
+                                       timeout_setting(self.environ) or DEFAULT_TIMEOUT)
+        return self.daemon.send(operation, path, query, body)
+
+    def task_id(self, number, context):
+        """The id of Task `number` of this Workspace, or of the context's Task."""
+        if number is None:
+            task = context.get("task")
+            if not task:
+                raise Problem("no_task")
+            return task["id"]
+        answer = self.send("listTasks", query={"workspace": self.root})
+        for task in field(answer, "tasks", list):
+            if isinstance(task, dict) and task.get("number") == number:
+                return field(task, "id", str)
+        raise Problem("task_not_found", "`task` takes a number from `tasks`.")
+
+    def capsule(self, task_id):
+        answer = self.send("getTaskCapsule", path={"task_id": task_id})
+        capsule = answer.get("capsule")
+        if not isinstance(capsule, dict) or not isinstance(capsule.get("task"), dict):
+            raise Problem("daemon_error", "Its Capsule could not be read.")
+        return capsule
+
+
+ROLE = re.compile(r"[a-z][a-z0-9-]{0,31}\Z")
+
+
+def utc_now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ---------------------------------------------------------------------------
+# 8. Configuration and Workspace
+# ---------------------------------------------------------------------------
+# contract.md §1: the first source that is set wins, and a set source that
+# cannot be used is an error, never a reason to try the next one.
+
+def config_directory(option, environ):
+    if option:
+        chosen = option
+    elif environ.get("MEMPROVE_CONFIG_DIR"):
+        chosen = environ["MEMPROVE_CONFIG_DIR"]
+    elif environ.get("XDG_CONFIG_HOME"):
+        chosen = os.path.join(environ["XDG_CONFIG_HOME"], "memprove")
+    elif os.name == "nt" and environ.get("APPDATA"):
+        chosen = os.path.join(environ["APPDATA"], "memprove")
+    else:
+        chosen = os.path.join(os.path.expanduser("~"), ".config", "memprove")
+    return os.path.abspath(os.path.expanduser(chosen))
+
+
+def token_source(environ, config_dir):
+    """(source name, file to read or None) of the token, without reading it."""
+    if environ.get("MEMPROVE_TOKEN"):
+        return "MEMPROVE_TOKEN", None
+    if environ.get("MEMPROVE_TOKEN_FILE"):
+        return "MEMPROVE_TOKEN_FILE", os.path.expanduser(environ["MEMPROVE_TOKEN_FILE"])
+    path = os.path.join(config_dir, "token")
+    if os.path.lexists(path):
+        return "config", path
+    return None, None
+
+
+def read_token(environ, config_dir):
+    """Return (token, file_too_open).  Raises token_missing or token_malformed."""
+    source, path = token_source(environ, config_dir)
+    if source is None:
+        raise Problem("token_missing")
+    if path is None:
+        token, too_open = environ["MEMPROVE_TOKEN"].strip(), False
+    else:
+        token, too_open = read_token_file(path)
+    if not token:
+        raise Problem("token_missing")
+    if not all("!" <= char <= "~" for char in token):
+        # Never let it near a header, where an exception would repeat it.
+        raise Problem("token_malformed")
+    return token, too_open
+
+
+def read_token_file(path):
+    try:
+        with open(path, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            first = handle.read(65536).split(b"\n", 1)[0]
+    except (OSError, ValueError):
+        raise Problem("token_missing", "The token file cannot be read.")
+    token = first.decode("utf-8", "replace").strip()
+    if not token:
+        raise Problem("token_missing", "The token file is empty.")
+    return token, os.name != "nt" and bool(mode & 0o077)
+
+
+def data_directory(environ, config_dir):
+    """Return (data dir, source name).  Raises data_dir_missing."""
+    if environ.get("MEMPROVE_DATA_DIR"):
+        return os.path.abspath(os.path.expanduser(environ["MEMPROVE_DATA_DIR"])), "MEMPROVE_DATA_DIR"
+    try:
+        with open(os.path.join(config_dir, "data-dir"), "rb") as handle:
+            line = handle.read(65536).decode("utf-8", "replace").strip().split("\n")[0].strip()
+    except (OSError, ValueError):
+        raise Problem("data_dir_missing")
+    if not line:
+        raise Problem("data_dir_missing")
+    return os.path.abspath(os.path.join(config_dir, os.path.expanduser(line))), "config"
+
+
+def read_daemon_url(data_dir):
+    try:
+        with open(os.path.join(data_dir, "daemon.json"), "rb") as handle:
+            record = json.loads(handle.read(65536).decode("utf-8"))
+    except (OSError, ValueError):
+        raise Problem("daemon_unavailable")
+    if not isinstance(record, dict) or not isinstance(record.get("url"), str):
+        raise Problem("daemon_unavailable")
+    return record["url"]
+
+
+def timeout_setting(environ):
+    raw = environ.get("MEMPROVE_TIMEOUT")
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return None
+    if seconds > 0 and seconds < float("inf"):
+        return seconds
+    return None
+
+
+def find_workspace(environ):
+    """Return (root, found_by, marked) per contract.md §2."""
+    if environ.get("CLAUDE_PROJECT_DIR"):
+        start, found_by = environ["CLAUDE_PROJECT_DIR"], "CLAUDE_PROJECT_DIR"
+    else:
+        start, found_by = os.getcwd(), "working directory"
+    start = os.path.realpath(start)
+    home = os.path.realpath(os.path.expanduser("~"))
+    off_limits = set()
+    place = home
+    while True:
+        off_limits.add(place)
+        parent = os.path.dirname(place)
+        if parent == place:
+            break
+        place = parent
+    repository = None
+    place = start
+    while True:
+        if os.path.isdir(os.path.join(place, ".memprove")):
+            return place, found_by, True
+        if os.path.exists(os.path.join(place, ".git")):
+            repository = place
+            break
+        parent = os.path.dirname(place)
+        if parent == place or parent in off_limits:
+            break
+        place = parent
+    return repository or start, found_by, False
+
+
+# ---------------------------------------------------------------------------
+# 9. Context files
+# ---------------------------------------------------------------------------
+
+def read_context(root):
+    """Return (context, error): an empty context when the file is missing,
+    and ({}, "context_unreadable") when it is not a version-1 context."""
+    path = os.path.join(root, ".memprove", "context.json")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONTEXT_FILE + 1)
+    except FileNotFoundError:
+        return {"version": 1, "task": None, "session": None}, None
+    except (OSError, ValueError):
+        return {}, "context_unreadable"
+    try:
+        if len(data) > MAX_CONTEXT_FILE:
+            raise ValueError("too large")
+        context = json.loads(data.decode("utf-8"), parse_constant=reject_constant)
+    except (ValueError, RecursionError):
+        return {}, "context_unreadable"
+    if not context_is_sound(context):
+        return {}, "context_unreadable"
+    return context, None
+
+
+def context_is_sound(context):
+    if not isinstance(context, dict) or context.get("version") != 1 or \
+            isinstance(context.get("version"), bool):
+        return False
+    for key in ("task", "session"):
+        record = context.get(key)
+        if record is None:
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("id"), str) or \
+                not isinstance(record.get("number"), int) or isinstance(record.get("number"), bool):
+            return False
+    session = context.get("session")
+    if session and session.get("parent") is not None:
+        parent = session["parent"]
+        if not isinstance(parent, dict) or not isinstance(parent.get("id"), str):
+            return False
+    return True
+
+
+def read_runs(root):
+    """The runs `memprove run` recorded, in file order; torn lines skipped."""
+    path = os.path.join(root, ".memprove", "runs.jsonl")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, ValueError):
+        return []
+    runs = []
+    for line in data.split(b"\n"):
+        try:
+            run = json.loads(line.decode("utf-8"), parse_constant=reject_constant)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(run, dict) and isinstance(run.get("label"), str):
+            runs.append(run)
+    return runs
+
+
+# ---------------------------------------------------------------------------
+# 10. Daemon client
+# ---------------------------------------------------------------------------
+# http.client straight to a checked loopback address: no proxy and no
+# redirect can carry the token anywhere else.  Writes carry an idempotency
+# key and are retried once, with the same key, when their answer is lost.
+
+OPERATIONS = {
+    "resolveWorkspace": ("POST", "/v1/workspaces/resolve", True),
+    "listTasks": ("GET", "/v1/tasks", False),
+    "createTask": ("POST", "/v1/tasks", True),
+    "getTaskCapsule": ("GET", "/v1/tasks/{task_id}/capsule", False),
+    "transitionTask": ("POST", "/v1/tasks/{task_id}/transition", True),
+    "listSessions": ("GET", "/v1/sessions", False),
+    "createSession": ("POST", "/v1/sessions", True),
+    "endSession": ("POST", "/v1/sessions/{session_id}/end", True),
+    "createCheckpoint": ("POST", "/v1/sessions/{session_id}/checkpoints", True),
+    "proposeDecision": ("POST", "/v1/sessions/{session_id}/decisions", True),
+    "verifyLedger": ("POST", "/v1/ledger/verify", False),
+}
+
+
+class LostAnswer(Exception):
+    """The request went out and no whole answer came back."""
+
+    def __init__(self, code):
+        Exception.__init__(self, code)
+        self.code = code
+
+
+class DaemonClient:
+    def __init__(self, url, token, timeout):
+        self.host, self.port, self.address, self.base = check_daemon_url(url)
+        self.token = token
+        self.timeout = timeout
+
+    def send(self, operation, path=None, query=None, body=None):
+        from urllib.parse import quote, urlencode
+        method, template, is_write = OPERATIONS[operation]
+        target = self.base + template.format(**dict(
+            (key, quote(str(value), safe="")) for key, value in (path or {}).items()))
+        if query:
+            target += "?" + urlencode(query, quote_via=quote)
+        headers = {"Authorization": "Bearer " + self.token, "Accept": "application/json",
+                   "User-Agent": "memprove-mcp/" + VERSION, "Host": self.host}
+        payload = None
+        if body is not None:
+            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if is_write:
+            import uuid
+            headers["Idempotency-Key"] = str(uuid.uuid4())
+        attempts = 2 if is_write else 1
+        for attempt in range(attempts):
+            try:
+                status, data = self.exchange(method, target, headers, payload)
+                break
+            except LostAnswer as lost:
+                if attempt + 1 == attempts:
+                    raise Problem(lost.code)
+        return interpret_answer(status, data)
+
+    def exchange(self, method, target, headers, payload):
+        import http.client
+        import socket
+        connection = http.client.HTTPConnection(self.address, self.port, timeout=self.timeout)
+        try:
+            try:
+                connection.connect()
+            except socket.timeout:
+                raise Problem("daemon_unavailable")
+            except OSError:
+                raise Problem("daemon_unavailable")
+            try:
+                connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+                for name, value in headers.items():
+                    connection.putheader(name, value)
+                if payload is not None:
+                    connection.putheader("Content-Length", str(len(payload)))
+                connection.endheaders(payload)
+                response = connection.getresponse()
+                length = response.getheader("Content-Length")
+                if length is not None and length.strip().isdigit() and int(length) > MAX_BODY:
+                    raise Problem("daemon_error", "Its answer was too large.")
+                data = response.read(MAX_BODY + 1)
+            except socket.timeout:
+                raise LostAnswer("daemon_timeout")
+            except (http.client.HTTPException, OSError):
+                raise LostAnswer("daemon_error")
+            if len(data) > MAX_BODY:
+                raise Problem("daemon_error", "Its answer was too large.")
+            return response.status, data
+        finally:
+            connection.close()
+
+
+def interpret_answer(status, data):
+    try:
+        answer = json.loads(data.decode("utf-8"), parse_constant=reject_constant)
+    except (ValueError, RecursionError):
+        answer = None
+    if 200 <= status < 300:
+        if not isinstance(answer, dict):
+            raise Problem("daemon_error", "Its answer was not a JSON object.")
+        return answer
+    if 300 <= status < 400:
+        raise Problem("daemon_error", "It answered with a redirect, which is not followed.")
+    code = answer.get("code") if isinstance(answer, dict) else None
+    if isinstance(code, str) and PROBLEM_CODE.match(code) and len(code) <= 64:
+        raise Problem(code)
+    raise Problem("daemon_error")
+
+
+def check_daemon_url(url):
+    """Return (Host header, port, address to connect to, base path) or refuse."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port or 80
+    except ValueError:
+        raise Problem("daemon_address_refused")
+    if parts.scheme != "http" or not host or parts.username or parts.password:
+        raise Problem("daemon_address_refused")
+    if host == "localhost":
+        address = resolve_loopback(host, port)
+    elif is_loopback(host):
+        address = host
+    else:
+        raise Problem("daemon_address_refused")
+    host_header = parts.netloc.rpartition("@")[2]
+    return host_header, port, address, parts.path.rstrip("/")
+
+
+def is_loopback(host):
+    import ipaddress
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_loopback(host, port):
+    import socket
+    try:
+        found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except OSError:
+        raise Problem("daemon_unavailable")
+    for family, _, _, _, sockaddr in found:
+        if is_loopback(sockaddr[0]):
+            return sockaddr[0]
+    raise Problem("daemon_address_refused")
+
+
+# ---------------------------------------------------------------------------
+# 11. The Pack
+# ---------------------------------------------------------------------------
+# pack.md, byte for byte: pure functions of a Capsule.  Lengths are UTF-16
+# code units, the unit JavaScript clients measure strings in.
+
+CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+LINE_CAP = 300
+SECTIONS = ("Next action:", "Open items:", "Decisions:", "Facts:", "Runs:")
+FOOTER = ("(Claims left out: %d. Runs left out: %d. Lines cut: %d. "
+          "The claims tool gives any claim in full.)")
+
+
+def fold(text):
+    """White space folded as str.split() sees it; controls and lone surrogates made U+FFFD."""
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    return CONTROLS.sub("\ufffd", " ".join(text.split()))
+
+
+def utf16_len(text):
+    return len(text.encode("utf-16-le", "surrogatepass")) >> 1
+
+
+def cap_line(line):
+    """(line, False) when it fits in LINE_CAP units; else the cut line and True."""
+    if len(line) <= LINE_CAP // 2 or utf16_len(line) <= LINE_CAP:
+        return line, False
+    units = 0
+    for index, char in enumerate(line):
+        units += 2 if char > "\uffff" else 1
+        if units > LINE_CAP - 1:
+            return line[:index] + "\u2026", True
+    return line, False
+
+
+def claim_line(claim):
+    parts = ["- c%d %s" % (claim["number"], fold(claim.get("text")))]
+    if claim.get("kind") == "decision":
+        parts.append(" (%s)" % fold(claim.get("decision_state")))
+        rationale = fold(claim.get("rationale"))
+        if rationale:
+            parts.append(" Because: " + rationale)
+        alternatives = [alt for alt in map(fold, claim.get("alternatives") or ()) if alt]
+        if alternatives:
+            parts.append(" Instead of: " + "; ".join(alternatives))
+    evidence = claim.get("evidence") or ()
+    if evidence:
+        parts.append(" [" + ", ".join(map(fold, evidence)) + "]")
+    return "".join(parts)
+
+
+def run_line(run):
+    if run.get("passed") is True:
+        return "- %s passed %s (%s)" % (fold(run["label"]), fold(run.get("command")),
+                                        fold(run.get("finished_at")))
+    return "- %s failed (exit %s) %s (%s)" % (fold(run["label"]), run.get("exit_code"),
+                                              fold(run.get("command")), fold(run.get("finished_at")))
+
+
+def pack_candidates(capsule):
+    """[(section, uncut line, is_claim)] in the Pack's order, every candidate."""
+    by_kind = {"next_action": [], "open_item": [], "decision": [], "fact": []}
+    for claim in capsule["claims"]:
+        if claim.get("state") == "active" and claim.get("kind") in by_kind:
+            by_kind[claim["kind"]].append(claim)
+
+    def number(claim):
+        return claim["number"]
+
+    next_action = sorted(by_kind["next_action"], key=number)[-1:]
+    ordered = (
+        (0, next_action),
+        (1, sorted(by_kind["open_item"], key=number)),
+        (2, sorted(by_kind["decision"], key=number, reverse=True)),
+        (3, sorted(by_kind["fact"], key=number, reverse=True)),
+    )
+    candidates = [(section, claim_line(claim), True) for section, claims in ordered for claim in claims]
+    candidates.extend((4, run_line(run), False) for run in reversed(capsule["runs"]))
+    return candidates
+
+
+def pack_header(capsule):
+    task = capsule["task"]
+    sessions = capsule.get("sessions") or ()
+    open_sessions = sorted((s for s in sessions if s.get("state") == "open"), key=lambda s: s["number"])
+    closed = sum(1 for s in sessions if s.get("state") in ("ended", "abandoned"))
+    lines = ["Task %d: %s [%s]" % (task["number"], fold(task.get("title")), fold(task.get("status")))]
+    if open_sessions:
+        listed = ", ".join("s%d %s/%s" % (s["number"], fold((s.get("agent") or {}).get("name")),
+                                          fold((s.get("agent") or {}).get("role")))
+                           for s in open_sessions)
+        lines.append("Sessions: %d open (%s), %d closed" % (len(open_sessions), listed, closed))
+    else:
+        lines.append("Sessions: 0 open, %d closed" % closed)
+    ledger = capsule.get("ledger") or {}
+    lines.append("Ledger: %d entries, head %s" % (ledger["entries"], fold(ledger.get("head"))[:12]))
+    return lines
+
+
+def render_pack(capsule, budget=6000, query=None):
+    """The Pack of pack.md and its figures: pack, units, claims_shown,
+    claims_left_out, runs_left_out, lines_cut."""
+    header = pack_header(capsule)
+    candidates = pack_candidates(capsule)
+    folded_query = fold(query)
+    if folded_query:
+        tokens = folded_query.casefold().split(" ")
+        matching = [c for c in candidates if all(token in c[1].casefold() for token in tokens)]
+        header.append("Query: %s (%d of %d lines match)" % (folded_query, len(matching), len(candidates)))
+        candidates = matching
+    capped = [(section, cap_line(line), is_claim) for section, line, is_claim in candidates]
+    header_text = "".join(line + "\n" for line in header)
+    cut_total = sum(1 for _, (_, cut), _ in capped if cut)
+
+    def cost(index):
+        section, (line, _), _ = capped[index]
+        extra = 0
+        if index == 0 or capped[index - 1][0] != section:
+            extra = 2 + utf16_len(SECTIONS[section])
+        return utf16_len(line) + 1 + extra
+
+    used = utf16_len(header_text)
+    costs = [cost(index) for index in range(len(capped))]
+    if cut_total == 0 and used + sum(costs) <= budget:
+        shown = len(capped)
+        footer = None
+    else:
+        claims_total = sum(1 for c in capped if c[2])
+        reserve = 2 + utf16_len(FOOTER % (claims_total, len(capped) - claims_total, cut_total))
+        shown = 0
+        for price in costs:
+            if used + price + reserve > budget:
+                break
+            used += price
+            shown += 1
+        footer = True
+
+    parts = [header_text]
+    for index in range(shown):
+        section, (line, _), _ = capped[index]
+        if index == 0 or capped[index - 1][0] != section:
+            parts.append("\n" + SECTIONS[section] + "\n")
+        parts.append(line + "\n")
+    included = capped[:shown]
+    claims_shown = sum(1 for c in included if c[2])
+    claims_left_out = sum(1 for c in capped[shown:] if c[2])
+    runs_left_out = len(capped) - shown - claims_left_out
+    lines_cut = sum(1 for _, (_, cut), _ in included if cut)
+    if footer:
+        parts.append("\n" + FOOTER % (claims_left_out, runs_left_out, lines_cut) + "\n")
+    pack = "".join(parts)
+    return {"pack": pack, "units": utf16_len(pack), "claims_shown": claims_shown,
+            "claims_left_out": claims_left_out, "runs_left_out": runs_left_out,
+            "lines_cut": lines_cut}
+
+
+def open_item_sentence(capsule):
+    numbers = sorted(claim["number"] for claim in capsule["claims"]
+                     if claim.get("kind") == "open_item" and claim.get("state") == "active")
+    if not numbers:
+        return "No open items."
+    listed = ", ".join("c%d" % number for number in numbers)
+    if len(numbers) == 1:
+        return "1 open item (%s) must be resolved or carried forward." % listed
+    return "%d open items (%s) must be resolved or carried forward." % (len(numbers), listed)
+
+
+def opening_statement(capsule, now, agent_name, agent_role):
+    task = capsule["task"]
+    return "Resuming Task %d: %s at %s as %s (%s). %s" % (
+        task["number"], fold(task.get("title")), now, fold(agent_name), fold(agent_role),
+        open_item_sentence(capsule))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -716,6 +716,7 @@ STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 BOOLEAN = {"type": "boolean"}
 TASK_STATUS = {"type": "string", "enum": ["open", "active", "done"]}
+LABEL = {"type": "string", "pattern": "^r[1-9][0-9]*$"}
 
 # Where an agent finds the number an argument takes, for the "never a UUID" hint.
 NUMBER_SOURCES = {"task": "tasks", "numbers": "pack", "session": "begin",
@@ -951,6 +952,265 @@ def tool_claims(call, args):
 CLAIMS_BUDGET = 60000
 
 
+def tool_begin(call, args):
+    if "task" in args and "new_task" in args:
+        raise invalid("Pass `task` or `new_task`, not both.")
+    new_task = args.get("new_task")
+    if new_task is not None and not fold(new_task):
+        raise invalid("`new_task` must not be empty.")
+    agent_name = fold(args.get("agent_name"))
+    if len(agent_name) > 64:
+        raise invalid("`agent_name` is longer than 64 characters.")
+    context, unreadable = call.context_or_error()
+    task = context.get("task")
+    if "task" not in args and new_task is None and not task:
+        raise Problem("no_task")
+    agent = call.agent(context, agent_name or None, args.get("agent_role"))
+    parent_number = args.get("parent_session") or call.environ_parent()
+    own = context.get("session")
+
+    sessions = field(call.send("listSessions", query={"workspace": call.root}), "sessions", list)
+    parent = None
+    if parent_number is not None:
+        parent = find_record(sessions, parent_number)
+        if parent is None:
+            raise Problem("session_not_found", "`parent_session` takes a number from `begin`.")
+    elif own:
+        record = find_record(sessions, own["number"], own["id"])
+        if record is not None and record.get("state") == "open":
+            parent = record
+    workspace = field(call.send("resolveWorkspace", body={"root": call.root}), "workspace", dict)
+    made = []
+    with call.naming(made):
+        if new_task is not None:
+            task = field(call.send("createTask", body={"workspace_id": field(workspace, "id", str),
+                                                       "title": new_task}), "task", dict)
+            made.append("Task %d was created." % field(task, "number", int))
+        else:
+            number = args["task"] if "task" in args else task["number"]
+            tasks = field(call.send("listTasks", query={"workspace": call.root}), "tasks", list)
+            found = find_record(tasks, number, None if "task" in args else task["id"])
+            if found is None:
+                raise Problem("task_not_found", "`task` takes a number from `tasks`.")
+            task = found
+        session = field(call.send("createSession", body={
+            "task_id": field(task, "id", str),
+            "agent": {"name": agent["name"], "role": agent["role"]},
+            "parent_session_id": parent["id"] if parent else None}), "session", dict)
+        made.append("Session %d is open." % field(session, "number", int))
+        status = field(task, "status", str)
+        if status == "open":
+            task = field(call.send("transitionTask", path={"task_id": task["id"]}, body={
+                "to": "active", "session_id": session["id"], "evidence": []}), "task", dict)
+            status = field(task, "status", str)
+
+    moved = []
+
+    def change(current):
+        if current is None and unreadable:
+            moved.append(move_aside(call.root))
+        fresh = current or {}
+        fresh["version"] = 1
+        fresh["workspace"] = {"id": workspace["id"], "root": call.root}
+        fresh["task"] = {"id": task["id"], "number": task["number"], "title": task.get("title")}
+        fresh["session"] = context_session(session, parent)
+        fresh["updated_at"] = utc_now()
+        return fresh
+
+    call.write_context(change, made)
+    result = {"task_id": task["id"], "session_id": session["id"],
+              "task": {"number": task["number"], "title": fold(task.get("title")), "status": status},
+              "session": {"number": session["number"],
+                          "agent": {"name": agent["name"], "role": agent["role"]},
+                          "parent": parent["number"] if parent else None}}
+    if moved:
+        result["moved_aside"] = moved[0]
+    return result
+
+
+def tool_checkpoint(call, args):
+    facts = [dict(fact, text=fact["text"]) for fact in args.get("facts", [])]
+    for index, fact in enumerate(facts):
+        if not fold(fact["text"]):
+            raise invalid("`facts[%d].text` must not be empty." % index)
+    open_items = [item for item in args.get("open_items", []) if fold(item)]
+    next_action = args.get("next_action") if fold(args.get("next_action")) else None
+    reaffirm, withdraw = args.get("reaffirm", []), args.get("withdraw", [])
+    if not (facts or open_items or reaffirm or withdraw or next_action):
+        raise invalid("Give at least one of `facts`, `open_items`, `reaffirm`, `withdraw` "
+                      "or `next_action`.")
+    context = call.context()
+    task_id, session_number = call.working_session(context, args.get("session"))
+    runs = call.run_ids([label for fact in facts for label in fact.get("runs", [])] +
+                        args.get("runs", []))
+    session_id = call.session_id(context, task_id, session_number)
+    capsule = call.capsule(task_id)
+    claims = check_session_and_claims(capsule, session_id, reaffirm + withdraw)
+    body = {"task_id": task_id,
+            "facts": [{"text": fact["text"], "evidence": [runs[l] for l in fact.get("runs", [])]}
+                      for fact in facts],
+            "open_items": [{"text": item} for item in open_items],
+            "reaffirm": reaffirm, "withdraw": withdraw,
+            "next_action": {"text": next_action} if next_action is not None else None,
+            "evidence": [runs[label] for label in args.get("runs", [])]}
+    checkpoint = field(call.send("createCheckpoint", path={"session_id": session_id}, body=body),
+                       "checkpoint", dict)
+    new = field(checkpoint, "claims", list)
+    still_open = [n for n, c in claims.items()
+                  if c.get("kind") == "open_item" and c.get("state") == "active" and n not in withdraw]
+    return {"task_id": task_id, "session_id": session_id,
+            "checkpoint": field(checkpoint, "number", int),
+            "claims": [{"number": field(c, "number", int), "kind": field(c, "kind", str)} for c in new],
+            "reaffirmed": list(reaffirm), "withdrawn": list(withdraw),
+            "open_items": len(still_open) + sum(1 for c in new if c.get("kind") == "open_item")}
+
+
+def tool_decide(call, args):
+    decision = args["decision"]
+    if not fold(decision):
+        raise invalid("`decision` must not be empty.")
+    rationale = args.get("rationale") if fold(args.get("rationale")) else None
+    alternatives = [alt for alt in args.get("alternatives", []) if fold(alt)]
+    context = call.context()
+    task_id, session_number = call.working_session(context, args.get("session"))
+    runs = call.run_ids(args.get("runs", []))
+    session_id = call.session_id(context, task_id, session_number)
+    capsule = call.capsule(task_id)
+    supersedes = args.get("supersedes")
+    claims = check_session_and_claims(capsule, session_id, [])
+    if supersedes is not None:
+        claim = claims.get(supersedes)
+        if claim is None or claim.get("kind") != "decision":
+            raise Problem("claim_not_found", "`supersedes` takes the number of an active decision.")
+        if claim.get("state") != "active":
+            raise Problem("claim_not_active", "`supersedes`: c%d." % supersedes)
+    answer = call.send("proposeDecision", path={"session_id": session_id}, body={
+        "task_id": task_id, "text": decision, "rationale": rationale,
+        "alternatives": alternatives, "evidence": [runs[label] for label in args.get("runs", [])],
+        "supersedes": supersedes})
+    claim = field(field(answer, "decision", dict), "claim", dict)
+    return {"task_id": task_id, "session_id": session_id, "claim": field(claim, "number", int),
+            "decision_state": field(claim, "decision_state", str)}
+
+
+def tool_end(call, args):
+    if "session" in args and "abandoned" in args:
+        raise invalid("Pass `session` or `abandoned`, not both.")
+    context = call.context()
+    own = context.get("session")
+    if "abandoned" in args:
+        number, outcome = args["abandoned"], "abandoned"
+    elif "session" in args:
+        if not context.get("task"):
+            raise Problem("no_task")
+        number, outcome = args["session"], "ended"
+    else:
+        if not own:
+            raise Problem("no_session")
+        number, outcome = own["number"], "ended"
+    sessions = field(call.send("listSessions", query={"workspace": call.root}), "sessions", list)
+    known_id = own["id"] if own and own["number"] == number else None
+    target = find_record(sessions, number, known_id)
+    if target is None or ("session" in args and target.get("task_id") != context["task"]["id"]):
+        raise Problem("session_not_found", "`%s` takes a Session number." %
+                      ("abandoned" if "abandoned" in args else "session"))
+    ended = field(call.send("endSession", path={"session_id": target["id"]},
+                            body={"outcome": outcome}), "session", dict)
+    made = ["Session %d was ended." % number]
+    with call.naming(made):
+        capsule = call.capsule(field(target, "task_id", str))
+    open_items = sum(1 for claim in capsule.get("claims") or ()
+                     if claim.get("kind") == "open_item" and claim.get("state") == "active")
+    parent_id = target.get("parent_session_id")
+    parent = find_record(sessions, target.get("parent_number"), parent_id) if parent_id else None
+    if parent is not None and parent.get("state") != "open":
+        parent = None
+    grandparent = None
+    if parent is not None and parent.get("parent_session_id"):
+        grandparent = find_record(sessions, parent.get("parent_number"), parent["parent_session_id"])
+
+    def change(current):
+        if current is None or (current.get("session") or {}).get("id") != target["id"]:
+            return None    # the context is on another Session: leave it be
+        current["session"] = context_session(parent, grandparent) if parent else None
+        current["updated_at"] = utc_now()
+        return current
+
+    after = call.write_context(change, made)
+    if after is not None:
+        context_number = (after.get("session") or {}).get("number")
+    else:
+        context_number = own["number"] if own and own["id"] != target["id"] else None
+    return {"task_id": target["task_id"], "session_id": target["id"], "session": number,
+            "outcome": field(ended, "state", str), "open_items": open_items,
+            "context_session": context_number}
+
+
+def tool_complete(call, args):
+    context = call.context()
+    task_id, session_number = call.working_session(context, args.get("session"))
+    latest = passed_runs(call.runs(), task_id)
+    if not latest:
+        raise Problem("no_passed_runs")
+    failing = [run["label"] for run in latest if run.get("passed") is not True]
+    if failing:
+        raise Problem("runs_failing", "Failing: %s." % ", ".join(failing))
+    session_id = call.session_id(context, task_id, session_number)
+    capsule = call.capsule(task_id)
+    check_session_and_claims(capsule, session_id, [])
+    recorded = dict((run.get("id"), run) for run in capsule.get("runs") or () if isinstance(run, dict))
+    unproven = [run["label"] for run in latest
+                if recorded.get(run.get("id"), {}).get("passed") is not True]
+    if unproven:
+        raise Problem("evidence_invalid", "Not recorded as passed by the daemon: %s." % ", ".join(unproven))
+    task = field(call.send("transitionTask", path={"task_id": task_id}, body={
+        "to": "done", "session_id": session_id, "evidence": [run["id"] for run in latest]}), "task", dict)
+    return {"task_id": task_id, "session_id": session_id, "task": field(task, "number", int),
+            "status": "done", "evidence": [run["label"] for run in latest]}
+
+
+def check_session_and_claims(capsule, session_id, numbers):
+    """The Session must be open and the claim numbers active; return claims by number."""
+    try:
+        sessions = dict((s["id"], s) for s in capsule.get("sessions") or ())
+        claims = dict((c["number"], c) for c in capsule.get("claims") or ())
+    except (KeyError, TypeError):
+        raise Problem("daemon_error", "Its Capsule could not be read.")
+    session = sessions.get(session_id)
+    if session is None:
+        raise Problem("session_not_found", "The Session is not one of this Task's.")
+    if session.get("state") != "open":
+        raise Problem("session_not_open", "Call `begin` to open a new Session.")
+    unknown = [n for n in numbers if n not in claims]
+    if unknown:
+        raise Problem("claim_not_found", "Unknown: %s." % ", ".join("c%d" % n for n in unknown))
+    inactive = [n for n in numbers if claims[n].get("state") != "active"]
+    if inactive:
+        raise Problem("claim_not_active", "Not active: %s." % ", ".join("c%d" % n for n in inactive))
+    return claims
+
+
+def find_record(records, number, record_id=None):
+    """The Task or Session with that id, else with that number; None if neither."""
+    for record in records:
+        if isinstance(record, dict) and record_id is not None and record.get("id") == record_id:
+            return record
+    if record_id is None:
+        for record in records:
+            if isinstance(record, dict) and record.get("number") == number and \
+                    isinstance(record.get("id"), str):
+                return record
+    return None
+
+
+def context_session(session, parent):
+    """A Session as context.json holds it."""
+    agent = session.get("agent") or {}
+    return {"id": session["id"], "number": session["number"],
+            "agent": {"name": agent.get("name"), "role": agent.get("role")},
+            "parent": {"id": parent["id"], "number": parent["number"]} if parent else None}
+
+
 def field(record, key, kind):
     """A field of a daemon answer, or daemon_error: its records are not ours to trust."""
     value = record.get(key) if isinstance(record, dict) else None
@@ -1031,6 +1291,65 @@ TOOLS = [
          outputs(dict(RESULT_IDS, ok=BOOLEAN, entries=INTEGER, head=STRING,
                       first_bad={"type": ["object", "null"]})),
          tool_ledger_verify, True),
+    tool("begin", "Open a Session on a Task",
+         "Open your Session on a Task before you record anything: `task` (a number from `tasks`) "
+         "or `new_task` (a title) to start one; with neither, the context's Task. `agent_name` and "
+         "`agent_role` say who you are (default: the environment, the context's agent, or this "
+         "client's name as implementer); a sub-agent passes its parent's Session number as "
+         "`parent_session` (default: the context's Session while it is open). Returns the Task and "
+         "the new Session's number: when several agents work side by side in one Workspace, pass "
+         "that number as `session` to `checkpoint`, `decide`, `complete` and `end`.",
+         inputs({"task": NUMBER, "new_task": text(200), "agent_name": text(200),
+                 "agent_role": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,31}$"},
+                 "parent_session": NUMBER}),
+         outputs(dict(RESULT_IDS,
+                      task=outputs({"number": INTEGER, "title": STRING, "status": STRING}),
+                      session=outputs({"number": INTEGER, "agent": AGENT,
+                                       "parent": nullable(INTEGER)}))),
+         tool_begin, False),
+    tool("checkpoint", "Record what you learned",
+         "Record what you learned in your Session, as you go: `facts` (each with the `runs` labels "
+         "that show it, like r4 from `memprove run`), `open_items` still to resolve, `reaffirm` "
+         "(claim numbers still true), `withdraw` (claim numbers no longer true, or open items now "
+         "resolved), and one `next_action`. `runs` cites labels for the whole checkpoint. Give at "
+         "least one of facts, open_items, reaffirm, withdraw or next_action. Pass `session` when "
+         "you work beside other agents. Returns the new claim numbers and the open items left.",
+         inputs({"facts": listing(inputs({"text": text(2000), "runs": listing(LABEL)}, ["text"])),
+                 "open_items": listing(text(2000, 0)), "reaffirm": listing(NUMBER),
+                 "withdraw": listing(NUMBER), "next_action": text(2000, 0),
+                 "runs": listing(LABEL), "session": NUMBER}),
+         outputs(dict(RESULT_IDS, checkpoint=INTEGER,
+                      claims={"type": "array", "items": outputs({"number": INTEGER, "kind": STRING})},
+                      reaffirmed={"type": "array", "items": INTEGER},
+                      withdrawn={"type": "array", "items": INTEGER}, open_items=INTEGER)),
+         tool_checkpoint, False),
+    tool("decide", "Record a decision",
+         "Record a decision you made, with its `rationale`, the `alternatives` you rejected and the "
+         "`runs` labels that support it. `supersedes` names an active decision claim it replaces. "
+         "Pass `session` when you work beside other agents. Returns the decision's claim number.",
+         inputs({"decision": text(2000), "rationale": text(2000, 0),
+                 "alternatives": listing(text(2000, 0)), "runs": listing(LABEL),
+                 "supersedes": NUMBER, "session": NUMBER}, ["decision"]),
+         outputs(dict(RESULT_IDS, claim=INTEGER, decision_state=STRING)),
+         tool_decide, False),
+    tool("end", "End a Session",
+         "End your Session when you stop working; the context goes back to the parent Session if "
+         "that is still open. `session` ends another Session of the Task (for an agent working "
+         "beside others); `abandoned` closes, as abandoned, a Session a crashed agent left open. "
+         "Returns the open items the Task still has.",
+         inputs({"session": NUMBER, "abandoned": NUMBER}),
+         outputs(dict(RESULT_IDS, session=INTEGER, outcome=STRING, open_items=INTEGER,
+                      context_session=nullable(INTEGER))),
+         tool_end, False),
+    tool("complete", "Complete the Task on passed runs",
+         "Mark the context's Task done, proven by its test runs: the latest run of every command "
+         "recorded for the Task with `memprove run` must have passed, and the daemon must have "
+         "recorded it so. Run the tests in a shell first; if one fails, fix it and run it again. "
+         "Pass `session` when you work beside other agents.",
+         inputs({"session": NUMBER}),
+         outputs(dict(RESULT_IDS, task=INTEGER, status=STRING,
+                      evidence={"type": "array", "items": STRING})),
+         tool_complete, False),
 ]
 TOOLS_BY_NAME = dict((entry["name"], entry) for entry in TOOLS)
 
@@ -1077,31 +1396,72 @@ class Call:
             task_id = task["id"] if task else None
         return {"task_id": task_id, "session_id": session["id"] if session else None}
 
-    def agent(self, context):
-        """The server's agent: environment, else context, else client, else default."""
-        session = context.get("session") or {}
-        recorded = session.get("agent") or {}
-        name = fold(self.environ.get("MEMPROVE_AGENT_NAME"))[:64]
-        role = self.environ.get("MEMPROVE_AGENT_ROLE") or ""
-        agent = {}
-        if name:
-            agent["name"], agent["name_from"] = name, "environment"
-        elif isinstance(recorded.get("name"), str) and fold(recorded["name"]):
-            agent["name"], agent["name_from"] = fold(recorded["name"])[:64], "context"
-        elif self.client:
-            agent["name"], agent["name_from"] = self.client, "client"
-        else:
-            agent["name"], agent["name_from"] = "agent", "default"
-        if ROLE.match(role):
-            agent["role"], agent["role_from"] = role, "environment"
-        elif isinstance(recorded.get("role"), str) and ROLE.match(recorded["role"]):
-            agent["role"], agent["role_from"] = recorded["role"], "context"
-        elif self.client:
-            agent["role"], agent["role_from"] = "implementer", "client"
-        else:
-            agent["role"], agent["role_from"] = "implementer", "default"
-        return {"name": agent["name"], "role": agent["role"],
-                "name_from": agent["name_from"], "role_from": agent["role_from"]}
+    def agent(self, context, name=None, role=None):
+        """The agent a call acts as, each of name and role resolved on its own:
+        argument, else environment, else the context's Session, else the
+        client's name (role implementer), else agent/implementer."""
+        recorded = (context.get("session") or {}).get("agent") or {}
+        environ_name = fold(self.environ.get("MEMPROVE_AGENT_NAME"))
+        environ_role = self.environ.get("MEMPROVE_AGENT_ROLE") or ""
+        recorded_name = fold(recorded.get("name")) if isinstance(recorded.get("name"), str) else ""
+        recorded_role = recorded.get("role") if isinstance(recorded.get("role"), str) else ""
+        names = ((name, "argument"), (environ_name if len(environ_name) <= 64 else "", "environment"),
+                 (recorded_name[:64], "context"), (self.client, "client"), ("agent", "default"))
+        roles = ((role, "argument"), (environ_role if ROLE.match(environ_role) else "", "environment"),
+                 (recorded_role if ROLE.match(recorded_role) else "", "context"),
+                 ("implementer" if self.client else "", "client"), ("implementer", "default"))
+        name, name_from = next(pair for pair in names if pair[0])
+        role, role_from = next(pair for pair in roles if pair[0])
+        return {"name": name, "role": role, "name_from": name_from, "role_from": role_from}
+
+    def environ_parent(self):
+        raw = self.environ.get("MEMPROVE_PARENT_SESSION") or ""
+        return int(raw) if raw.isascii() and raw.isdigit() and int(raw) >= 1 else None
+
+    def working_session(self, context, number):
+        """(Task id, Session number) a checkpoint-like call works in; the local checks."""
+        task, own = context.get("task"), context.get("session")
+        if not task:
+            raise Problem("no_task")
+        if number is None:
+            if not own:
+                raise Problem("no_session")
+            number = own["number"]
+        return task["id"], number
+
+    def session_id(self, context, task_id, number):
+        """The id of Session `number` of the Task: the context's, or asked of the daemon."""
+        own = context.get("session")
+        if own and own["number"] == number:
+            return own["id"]
+        answer = self.send("listSessions", query={"workspace": self.root, "task_id": task_id})
+        found = find_record(field(answer, "sessions", list), number)
+        if found is None or found.get("task_id") != task_id:
+            raise Problem("session_not_found", "`session` takes a number from `begin`.")
+        return found["id"]
+
+    def run_ids(self, labels):
+        """Run ids for the labels an agent cites, from runs.jsonl."""
+        if not labels:
+            return {}
+        known = dict((run["label"], run.get("id")) for run in self.runs()
+                     if isinstance(run.get("id"), str))
+        unknown = sorted(set(label for label in labels if label not in known),
+                         key=lambda label: int(label[1:]))
+        if unknown:
+            raise Problem("run_label_unknown", "Unknown: %s." % ", ".join(unknown))
+        return known
+
+    def naming(self, made):
+        """While it is open, a Problem's hint also names what the call already made."""
+        return NamingWhatWasMade(made)
+
+    def write_context(self, change, made):
+        try:
+            return update_context(self.root, change)
+        except OSError:
+            raise Problem("internal_error", " ".join(
+                ["The context file could not be written."] + made))
 
     # -- configuration --------------------------------------------------------
 
@@ -1169,6 +1529,19 @@ class Call:
 
 
 ROLE = re.compile(r"[a-z][a-z0-9-]{0,31}\Z")
+
+
+class NamingWhatWasMade:
+    def __init__(self, made):
+        self.made = made
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if isinstance(error, Problem) and self.made:
+            error.hint = " ".join(([error.hint] if error.hint else []) + self.made)
+        return False
 
 
 def utc_now():
@@ -1368,6 +1741,99 @@ def read_runs(root):
         if isinstance(run, dict) and isinstance(run.get("label"), str):
             runs.append(run)
     return runs
+
+
+def passed_runs(runs, task_id):
+    """contract.md §2: the latest run of each command recorded for the Task.
+
+    Returns those runs in file order; "latest" is by finished_at, then by
+    place in the file, and commands are compared with white space folded.
+    """
+    latest = {}
+    for index, run in enumerate(runs):
+        if run.get("task_id") != task_id:
+            continue
+        command = fold(run.get("command"))
+        rank = (str(run.get("finished_at") or ""), index)
+        if command not in latest or rank >= latest[command][0]:
+            latest[command] = (rank, run)
+    return [run for _, run in sorted(latest.values(), key=lambda pair: pair[0][1])]
+
+
+def update_context(root, change):
+    """Apply change(context) to context.json under the lock; return what change returned.
+
+    The lock is held while the file is read again, changed and replaced, so
+    no change is applied to a stale copy and keys it does not touch survive;
+    the replace is atomic, so a reader never sees a torn file.  `change` gets
+    the current context (None when the file is unreadable) and returns the
+    new one, or None to leave the file as it is.
+    """
+    directory = os.path.join(root, ".memprove")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "context.lock"), "a+b") as lock:
+        lock_exclusively(lock)
+        try:
+            current, error = read_context(root)
+            replacement = change(None if error else current)
+            if replacement is not None:
+                replace_file(os.path.join(directory, "context.json"),
+                             (json.dumps(replacement, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
+            return replacement
+        finally:
+            unlock(lock)
+
+
+def replace_file(path, data):
+    import tempfile
+    handle, temporary = tempfile.mkstemp(prefix=".context.", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def lock_exclusively(handle):
+    try:
+        import fcntl
+    except ImportError:
+        import msvcrt
+        handle.seek(0)
+        while True:
+            try:
+                msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+                return
+            except OSError:
+                continue   # LK_LOCK gives up after ten seconds; a writer always finishes
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+
+
+def unlock(handle):
+    try:
+        import fcntl
+    except ImportError:
+        import msvcrt
+        handle.seek(0)
+        msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+        return
+    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def move_aside(root):
+    """Rename an unreadable context.json out of the way; return the new name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    name = "context.json.corrupt-" + stamp
+    directory = os.path.join(root, ".memprove")
+    os.replace(os.path.join(directory, "context.json"), os.path.join(directory, name))
+    return name
 
 
 # ---------------------------------------------------------------------------

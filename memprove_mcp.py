@@ -2138,7 +2138,9 @@ def render_pack(capsule, budget=6000, query=None):
     claims_left_out = sum(1 for c in capped[shown:] if c[2])
     runs_left_out = len(capped) - shown - claims_left_out
     lines_cut = sum(1 for _, (_, cut), _ in included if cut)
-    if footer:
+    # Rule 3: the footer only when something was left out or cut; a header
+    # over the budget with no candidate at all has nothing to report.
+    if footer and (claims_left_out or runs_left_out or lines_cut):
         parts.append("\n" + FOOTER % (claims_left_out, runs_left_out, lines_cut) + "\n")
     pack = "".join(parts)
     return {"pack": pack, "units": utf16_len(pack), "claims_shown": claims_shown,

@@ -1,0 +1,825 @@
+"""Unit tests for the Pack (shared/spec/pack.md, copied goldens in tests/golden/).
+
+Every expected string below is written out by hand from pack.md; nothing is
+computed by calling the function under test.  Lengths are UTF-16 code units,
+counted here with the local helper ``u16`` (not the module's ``utf16_len``).
+"""
+
+import json
+import os
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+import memprove_mcp as mp  # noqa: E402
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN_NAMES = sorted(p.name[: -len(".capsule.json")] for p in GOLDEN.glob("*.capsule.json"))
+
+ELLIPSIS = "\u2026"
+FFFD = "\ufffd"
+ROCKET = "\U0001F680"  # astral: 2 UTF-16 code units
+
+
+# --------------------------------------------------------------------------
+# helpers (independent of the module under test)
+# --------------------------------------------------------------------------
+
+def u16(text):
+    """UTF-16 length, independent of mp.utf16_len."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def footer(a, b, k):
+    return ("(Claims left out: %d. Runs left out: %d. Lines cut: %d. "
+            "The claims tool gives any claim in full.)" % (a, b, k))
+
+
+HEAD = "0123456789abcdef" * 4
+# Header of cap() with its defaults: 17 + 27 + 37 = 81 units.
+HEADER = ("Task 1: T [open]\n"
+          "Sessions: 0 open, 0 closed\n"
+          "Ledger: 0 entries, head 0123456789ab\n")
+FIN = "2026-01-02T03:04:05Z"
+
+
+def claim(number, kind, text, state="active", evidence=()):
+    return {
+        "number": number, "kind": kind, "text": text, "state": state,
+        "session_number": 1, "created_at": "2026-01-01T00:00:00Z",
+        "reaffirmed_at": None, "evidence": list(evidence),
+    }
+
+
+def fact(number, text, **kw):
+    return claim(number, "fact", text, **kw)
+
+
+def open_item(number, text, **kw):
+    return claim(number, "open_item", text, **kw)
+
+
+def next_action(number, text, **kw):
+    return claim(number, "next_action", text, **kw)
+
+
+def decision(number, text, decision_state="accepted", rationale="",
+             alternatives=(), **kw):
+    c = claim(number, "decision", text, **kw)
+    c.update({"rationale": rationale, "alternatives": list(alternatives),
+              "decision_state": decision_state, "supersedes": None})
+    return c
+
+
+def run(label, command, passed=True, exit_code=None, finished_at=FIN):
+    if exit_code is None:
+        exit_code = 0 if passed else 1
+    return {
+        "id": "run-" + label, "label": label, "task_id": "t", "session_id": "s",
+        "session_number": 1, "command": command, "exit_code": exit_code,
+        "passed": passed, "started_at": "2026-01-02T00:00:00Z",
+        "finished_at": finished_at,
+    }
+
+
+def session(number, name, role, state):
+    return {
+        "id": "s-%d" % number, "number": number, "task_id": "t", "task_number": 1,
+        "agent": {"name": name, "role": role}, "parent_session_id": None,
+        "parent_number": None, "state": state,
+        "started_at": "2026-01-01T00:00:00Z",
+        "ended_at": None if state == "open" else "2026-01-01T01:00:00Z",
+    }
+
+
+def cap(claims=(), runs=(), sessions=(), number=1, title="T", status="open",
+        entries=0, head=HEAD):
+    return {
+        "task": {"id": "t", "number": number, "title": title, "status": status,
+                 "created_at": "2026-01-01T00:00:00Z",
+                 "updated_at": "2026-01-01T00:00:00Z",
+                 "open_items": 0, "sessions_open": 0},
+        "sessions": list(sessions),
+        "claims": list(claims),
+        "runs": list(runs),
+        "ledger": {"entries": entries, "head": head},
+    }
+
+
+def render(capsule, budget=6000, query=None):
+    """render_pack plus the checks every result must pass."""
+    res = mp.render_pack(capsule, budget, query)
+    pack = res["pack"]
+    assert isinstance(pack, str)
+    assert pack.endswith("\n")
+    assert res["units"] == u16(pack), "units must be the UTF-16 length of the pack"
+    return res
+
+
+def figures(res):
+    return (res["claims_shown"], res["claims_left_out"], res["runs_left_out"],
+            res["lines_cut"], res["units"])
+
+
+# --------------------------------------------------------------------------
+# golden cases
+# --------------------------------------------------------------------------
+
+def load_case(name):
+    with open(GOLDEN / (name + ".capsule.json"), encoding="utf-8") as f:
+        capsule = json.load(f)["capsule"]
+    with open(GOLDEN / (name + ".args.json"), encoding="utf-8") as f:
+        args = json.load(f)
+    with open(GOLDEN / (name + ".pack.txt"), encoding="utf-8", newline="") as f:
+        pack_text = f.read()
+    pack_bytes = (GOLDEN / (name + ".pack.txt")).read_bytes()
+    with open(GOLDEN / (name + ".claims.json"), encoding="utf-8") as f:
+        claims = json.load(f)
+    return capsule, args, pack_text, pack_bytes, claims
+
+
+def test_golden_cases_present():
+    assert len(GOLDEN_NAMES) >= 8, GOLDEN_NAMES
+    for name in GOLDEN_NAMES:
+        for suffix in (".args.json", ".pack.txt", ".claims.json"):
+            assert (GOLDEN / (name + suffix)).is_file(), name + suffix
+
+
+@pytest.mark.parametrize("name", GOLDEN_NAMES)
+def test_golden_pack(name):
+    capsule, args, pack_text, pack_bytes, _ = load_case(name)
+    res = mp.render_pack(capsule, args["budget"], args["query"])
+    assert res["pack"] == pack_text
+    assert res["pack"].encode("utf-8") == pack_bytes
+
+
+@pytest.mark.parametrize("name", GOLDEN_NAMES)
+def test_golden_figures(name):
+    capsule, args, pack_text, _, _ = load_case(name)
+    res = mp.render_pack(capsule, args["budget"], args["query"])
+    assert args["expect"], "golden case without expected figures"
+    for key, value in args["expect"].items():
+        assert res[key] == value, key
+    assert res["units"] == u16(pack_text)
+
+
+@pytest.mark.parametrize("name", GOLDEN_NAMES)
+def test_golden_claim_lines(name):
+    capsule, _, _, _, claims = load_case(name)
+    assert sorted(claims) == sorted(str(c["number"]) for c in capsule["claims"])
+    for c in capsule["claims"]:
+        assert mp.claim_line(c) == claims[str(c["number"])], c["number"]
+
+
+def test_golden_opening_statement_edges():
+    capsule = load_case("edges")[0]
+    assert mp.opening_statement(capsule, "2026-11-21T00:00:00Z", "claude-code",
+                                "implementer") == (
+        "Resuming Task 9: Edge cases" + FFFD + " " + ROCKET +
+        " at 2026-11-21T00:00:00Z as claude-code (implementer)."
+        " 1 open item (c5) must be resolved or carried forward.")
+
+
+# --------------------------------------------------------------------------
+# Text on a line: fold
+# --------------------------------------------------------------------------
+
+def test_fold_collapses_ascii_white_space():
+    assert mp.fold("  a\tb\n\nc   d\r\ne\x0bf\x0cg  ") == "a b c d e f g"
+
+
+def test_fold_information_separators_are_white_space():
+    # \x1c-\x1f are white space for str.split() (checked below), so they split
+    # words and never become U+FFFD even though they are category Cc.
+    assert "a\x1cb\x1dc\x1ed\x1fe".split() == ["a", "b", "c", "d", "e"]
+    assert mp.fold("a\x1cb\x1dc\x1ed\x1fe") == "a b c d e"
+    assert mp.fold("\x1c\x1d \x1e\x1f") == ""
+
+
+def test_fold_unicode_white_space():
+    # NEL (\x85, Cc) is white space for str.split(), as are NBSP, LS, PS,
+    # ideographic space, em space and ogham space mark.
+    assert unicodedata.category("\x85") == "Cc" and len("a\x85b".split()) == 2
+    assert mp.fold("a\x85b\xa0c\u2028d\u2029e\u3000f\u2003g\u1680h") == "a b c d e f g h"
+
+
+@pytest.mark.parametrize("ctrl", ["\x00", "\x07", "\x1b", "\x7f", "\x80", "\x9f"])
+def test_fold_remaining_controls_become_fffd(ctrl):
+    # Cc characters that str.split() does not treat as white space.
+    assert unicodedata.category(ctrl) == "Cc" and len(("a" + ctrl + "b").split()) == 1
+    assert mp.fold("a" + ctrl + "b") == "a" + FFFD + "b"
+    # folding happens first: a control between spaces is its own word
+    assert mp.fold("  x \t" + ctrl + "  y ") == "x " + FFFD + " y"
+    assert mp.fold(ctrl) == FFFD
+
+
+def test_fold_escape_sequence():
+    assert mp.fold("Colour codes \x1b[31m leak") == "Colour codes " + FFFD + "[31m leak"
+
+
+@pytest.mark.parametrize("sur", ["\udc80", "\ud83d", "\udfff", "\ud800"])
+def test_fold_lone_surrogate_becomes_fffd(sur):
+    assert mp.fold("a lone " + sur + " surrogate") == "a lone " + FFFD + " surrogate"
+    assert mp.fold("x" + sur + "y") == "x" + FFFD + "y"
+
+
+@pytest.mark.parametrize("text", [
+    "zero\u200bwidth",          # Cf
+    "rtl \u202eevil",           # Cf
+    "soft\u00adhyphen",         # Cf
+    "private \ue000 use",       # Co
+    "unassigned \u0378 here",   # Cn
+    "emoji " + ROCKET + " ok",  # astral, a real character
+    "na\u00efve caf\u00e9 \u65e5\u672c\u8a9e \U0001D518",
+])
+def test_fold_keeps_everything_else(text):
+    assert mp.fold(text) == text
+
+
+@pytest.mark.parametrize("text", ["", " ", "   \t\n ", "\x1c\x1d\x1e\x1f",
+                                  "\x85\xa0\u2028\u3000\r\n"])
+def test_fold_to_nothing(text):
+    assert mp.fold(text) == ""
+
+
+# --------------------------------------------------------------------------
+# UTF-16 length
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,n", [
+    ("", 0), ("abc", 3), ("\u00e9", 1), ("\uffff", 1), ("\u65e5\u672c", 2),
+    (ROCKET, 2), ("\U00010000", 2), ("\U0010FFFF", 2), ("a" + ROCKET + "b", 4),
+    ("\U0001D518\U0001D518", 4), (ELLIPSIS, 1),
+])
+def test_utf16_len(text, n):
+    assert mp.utf16_len(text) == n
+
+
+# --------------------------------------------------------------------------
+# The cap
+# --------------------------------------------------------------------------
+
+def test_cap_300_units_kept():
+    line = "- c1 " + "x" * 295
+    assert u16(line) == 300
+    assert mp.cap_line(line) == (line, False)
+
+
+def test_cap_300_units_with_astral_kept():
+    line = "- c1 " + ROCKET * 147 + "x"  # 5 + 294 + 1 = 300 units, 153 code points
+    assert u16(line) == 300
+    assert mp.cap_line(line) == (line, False)
+
+
+def test_cap_301_units_cut_to_299_plus_ellipsis():
+    line = "- c1 " + "x" * 296
+    assert u16(line) == 301
+    out, cut = mp.cap_line(line)
+    assert cut is True
+    assert out == "- c1 " + "x" * 294 + ELLIPSIS
+    assert u16(out) == 300
+
+
+def test_cap_long_line():
+    out, cut = mp.cap_line("y" * 1000)
+    assert (out, cut) == ("y" * 299 + ELLIPSIS, True)
+
+
+def test_cap_counts_astral_as_two_units():
+    line = ROCKET * 10 + "x" * 281  # 20 + 281 = 301 units
+    assert mp.cap_line(line) == (ROCKET * 10 + "x" * 279 + ELLIPSIS, True)
+
+
+def test_cap_does_not_split_surrogate_pair():
+    # The rocket occupies units 299 and 300: a 299-unit prefix would end between
+    # its halves, so the cut backs off to 298 units.
+    line = "- c1 " + "x" * 293 + ROCKET + "y"  # 5 + 293 + 2 + 1 = 301
+    out, cut = mp.cap_line(line)
+    assert cut is True
+    assert out == "- c1 " + "x" * 293 + ELLIPSIS
+    assert u16(out) == 299
+
+
+def test_cap_astral_ending_exactly_at_299_is_kept():
+    line = "x" * 297 + ROCKET + "yy"  # 297 + 2 + 2 = 301; rocket ends at unit 299
+    assert mp.cap_line(line) == ("x" * 297 + ROCKET + ELLIPSIS, True)
+
+
+# --------------------------------------------------------------------------
+# Claim and Run lines
+# --------------------------------------------------------------------------
+
+def test_claim_line_plain_and_folded():
+    assert mp.claim_line(fact(12, "  Hello\tworld  \n")) == "- c12 Hello world"
+    assert mp.claim_line(fact(3, "bell\x07 and \udc80")) == "- c3 bell" + FFFD + " and " + FFFD
+
+
+@pytest.mark.parametrize("maker", [fact, open_item, next_action])
+def test_claim_line_evidence_every_kind(maker):
+    assert mp.claim_line(maker(7, "Text.", evidence=["r9", "r2"])) == "- c7 Text. [r9, r2]"
+    assert mp.claim_line(maker(7, "Text.", evidence=["r1"])) == "- c7 Text. [r1]"
+    assert mp.claim_line(maker(7, "Text.", evidence=[])) == "- c7 Text."
+
+
+def test_claim_line_decision_full():
+    d = decision(4, "Use  X.", "accepted", rationale=" It is\tfast. ",
+                 alternatives=["Y.", "  ", "Z\nz."], evidence=["r1", "r3"])
+    assert mp.claim_line(d) == (
+        "- c4 Use X. (accepted) Because: It is fast. Instead of: Y.; Z z. [r1, r3]")
+
+
+def test_claim_line_decision_blank_rationale_omitted():
+    d = decision(4, "Keep it.", "proposed", rationale=" \t\n ", alternatives=["Other"])
+    assert mp.claim_line(d) == "- c4 Keep it. (proposed) Instead of: Other"
+
+
+def test_claim_line_decision_rationale_of_a_control_is_not_empty():
+    # "\x1b" folds to U+FFFD, which is non-empty, so "Because:" is written.
+    d = decision(4, "Keep it.", "accepted", rationale="\x1b")
+    assert mp.claim_line(d) == "- c4 Keep it. (accepted) Because: " + FFFD
+
+
+def test_claim_line_decision_no_alternatives_left():
+    d = decision(8, "Drop it.", "rejected", rationale="Slow.",
+                 alternatives=["  ", "\n", "\x1c"], evidence=["r2"])
+    assert mp.claim_line(d) == "- c8 Drop it. (rejected) Because: Slow. [r2]"
+    d = decision(8, "Drop it.", "rejected", rationale="", alternatives=[])
+    assert mp.claim_line(d) == "- c8 Drop it. (rejected)"
+
+
+def test_claim_line_decision_alternatives_drop_empty_keep_order():
+    d = decision(2, "A.", "accepted", alternatives=["\t", "b  b", "", "a"])
+    assert mp.claim_line(d) == "- c2 A. (accepted) Instead of: b b; a"
+
+
+def test_claim_line_is_uncut():
+    text = "w" * 400
+    assert mp.claim_line(fact(5, text)) == "- c5 " + text
+
+
+def test_run_line_passed():
+    assert mp.run_line(run("r1", "pytest  -q\t", True, 0, "2026-11-04T17:51:56Z")) == (
+        "- r1 passed pytest -q (2026-11-04T17:51:56Z)")
+
+
+def test_run_line_failed():
+    assert mp.run_line(run("r3", " make  check", False, 2, "2026-11-20T10:02:00Z")) == (
+        "- r3 failed (exit 2) make check (2026-11-20T10:02:00Z)")
+    assert mp.run_line(run("r25", "pytest -q", False, 137, FIN)) == (
+        "- r25 failed (exit 137) pytest -q (" + FIN + ")")
+
+
+def test_run_line_is_uncut():
+    cmd = "c" * 400
+    assert mp.run_line(run("r1", cmd)) == "- r1 passed " + cmd + " (" + FIN + ")"
+
+
+# --------------------------------------------------------------------------
+# Header
+# --------------------------------------------------------------------------
+
+def test_header_minimal():
+    res = render(cap())
+    assert res["pack"] == HEADER
+    assert u16(HEADER) == 81
+    assert figures(res) == (0, 0, 0, 0, 81)
+
+
+def test_header_open_sessions_by_number_and_closed_count():
+    sessions = [
+        session(10, "codex", "implementer", "open"),
+        session(3, "x", "y", "ended"),
+        session(2, " sub\tagent ", "reviewer", "open"),
+        session(4, "z", "w", "abandoned"),
+        session(5, "q", "r", "abandoned"),
+    ]
+    res = render(cap(sessions=sessions, number=7, title="  Ship\tthe\x1b  ledger ",
+                     status="active", entries=390,
+                     head="fcd4e1c725a6ffffffffffffffffffffffffffffffffffffffffffffffffffff"))
+    assert res["pack"] == (
+        "Task 7: Ship the" + FFFD + " ledger [active]\n"
+        "Sessions: 2 open (s2 sub agent/reviewer, s10 codex/implementer), 3 closed\n"
+        "Ledger: 390 entries, head fcd4e1c725a6\n")
+
+
+def test_header_one_open_session():
+    res = render(cap(sessions=[session(6, "sub agent", "reviewer", "open"),
+                               session(5, "codex", "reviewer", "abandoned")]))
+    assert res["pack"].splitlines()[1] == "Sessions: 1 open (s6 sub agent/reviewer), 1 closed"
+
+
+def test_header_no_open_session():
+    res = render(cap(sessions=[session(1, "a", "implementer", "ended"),
+                               session(2, "b", "reviewer", "abandoned")]))
+    assert res["pack"].splitlines()[1] == "Sessions: 0 open, 2 closed"
+
+
+def test_header_is_never_capped():
+    title = "t" * 400
+    res = render(cap(title=title), budget=6000)
+    assert res["pack"] == ("Task 1: " + title + " [open]\n" + HEADER.split("\n", 1)[1])
+    assert figures(res)[:4] == (0, 0, 0, 0)
+
+
+# --------------------------------------------------------------------------
+# Sections: selection, order, layout
+# --------------------------------------------------------------------------
+
+def test_sections_order_selection_and_sorting():
+    claims = [
+        fact(10, "F ten."),
+        next_action(2, "N two."),
+        open_item(15, "O fifteen."),
+        decision(8, "D eight.", "proposed"),
+        fact(1, "F one.", evidence=["r1"]),
+        next_action(9, "N nine.", evidence=["r2"]),
+        open_item(4, "O four."),
+        next_action(11, "N eleven.", state="withdrawn"),
+        fact(16, "F sixteen.", state="withdrawn"),
+        open_item(12, "O twelve."),
+        decision(3, "D three.", "accepted", rationale="R."),
+        next_action(5, "N five.", state="superseded"),
+        decision(14, "D fourteen.", state="superseded"),
+        open_item(13, "O thirteen.", state="withdrawn"),
+        fact(6, "F six."),
+    ]
+    # Runs come out in reverse Capsule order, not sorted by label.
+    runs = [run("r2", "two"), run("r1", "one", False, 3), run("r3", "three")]
+    res = render(cap(claims=claims, runs=runs))
+    assert res["pack"] == HEADER + (
+        "\n"
+        "Next action:\n"
+        "- c9 N nine. [r2]\n"
+        "\n"
+        "Open items:\n"
+        "- c4 O four.\n"
+        "- c12 O twelve.\n"
+        "- c15 O fifteen.\n"
+        "\n"
+        "Decisions:\n"
+        "- c8 D eight. (proposed)\n"
+        "- c3 D three. (accepted) Because: R.\n"
+        "\n"
+        "Facts:\n"
+        "- c10 F ten.\n"
+        "- c6 F six.\n"
+        "- c1 F one. [r1]\n"
+        "\n"
+        "Runs:\n"
+        "- r3 passed three (" + FIN + ")\n"
+        "- r1 failed (exit 3) one (" + FIN + ")\n"
+        "- r2 passed two (" + FIN + ")\n")
+    assert figures(res)[:4] == (9, 0, 0, 0)
+
+
+def test_empty_sections_left_out_whole():
+    res = render(cap(claims=[fact(2, "F."), next_action(1, "gone", state="withdrawn")],
+                     runs=[run("r1", "make")]))
+    assert res["pack"] == HEADER + (
+        "\nFacts:\n- c2 F.\n"
+        "\nRuns:\n- r1 passed make (" + FIN + ")\n")
+
+
+def test_only_decisions():
+    res = render(cap(claims=[decision(1, "D.", "accepted")]))
+    assert res["pack"] == HEADER + "\nDecisions:\n- c1 D. (accepted)\n"
+
+
+def test_only_inactive_claims_gives_header_only():
+    res = render(cap(claims=[fact(1, "a", state="withdrawn"),
+                             open_item(2, "b", state="superseded")]))
+    assert res["pack"] == HEADER
+    assert figures(res) == (0, 0, 0, 0, 81)
+
+
+def test_units_count_utf16():
+    res = render(cap(claims=[fact(1, ROCKET)]))
+    expected = HEADER + "\nFacts:\n- c1 " + ROCKET + "\n"
+    assert res["pack"] == expected
+    assert res["units"] == 81 + 8 + 5 + 2 + 1
+
+
+# --------------------------------------------------------------------------
+# The query
+# --------------------------------------------------------------------------
+
+def test_query_filters_and_header_line():
+    claims = [fact(1, "Retry with jitter."), fact(2, "retry only."),
+              fact(3, "JITTER and RETRY later."), open_item(4, "Nothing.")]
+    runs = [run("r1", "pytest -k retry_jitter")]
+    res = render(cap(claims=claims, runs=runs), query="  Retry\tJITTER ")
+    assert res["pack"] == HEADER + (
+        "Query: Retry JITTER (3 of 5 lines match)\n"
+        "\nFacts:\n- c3 JITTER and RETRY later.\n- c1 Retry with jitter.\n"
+        "\nRuns:\n- r1 passed pytest -k retry_jitter (" + FIN + ")\n")
+    assert figures(res)[:4] == (2, 0, 0, 0)
+
+
+def test_query_matches_line_prefix():
+    claims = [fact(12, "alpha"), fact(120, "beta"), fact(3, "gamma c12 mention"),
+              fact(5, "delta")]
+    res = render(cap(claims=claims, runs=[run("r4", "make")]), query="c12")
+    assert res["pack"] == HEADER + (
+        "Query: c12 (3 of 5 lines match)\n"
+        "\nFacts:\n- c120 beta\n- c12 alpha\n- c3 gamma c12 mention\n")
+    res = render(cap(claims=claims, runs=[run("r4", "make")]), query="R4")
+    assert res["pack"] == HEADER + (
+        "Query: R4 (1 of 5 lines match)\n"
+        "\nRuns:\n- r4 passed make (" + FIN + ")\n")
+
+
+def test_query_matches_decision_suffix_and_evidence():
+    claims = [decision(1, "Plain.", "accepted", rationale="Speed.",
+                       alternatives=["Cache"], evidence=["r7"]),
+              fact(2, "Plain.")]
+    res = render(cap(claims=claims), query="cache r7 ACCEPTED")
+    assert res["pack"] == HEADER + (
+        "Query: cache r7 ACCEPTED (1 of 2 lines match)\n"
+        "\nDecisions:\n- c1 Plain. (accepted) Because: Speed. Instead of: Cache [r7]\n")
+
+
+def test_query_casefold_sharp_s():
+    claims = [fact(1, "Stra\u00dfe gesperrt."), fact(2, "STRASSE offen."), fact(3, "Weg.")]
+    # Capital sharp s: casefolds to "ss"; shown folded but not casefolded.
+    res = render(cap(claims=claims), query="STRA\u1e9eE")
+    assert res["pack"] == HEADER + (
+        "Query: STRA\u1e9eE (2 of 3 lines match)\n"
+        "\nFacts:\n- c2 STRASSE offen.\n- c1 Stra\u00dfe gesperrt.\n")
+    # "ß".casefold() == "ss" (str.lower() would keep "ß" and miss c2).
+    res = render(cap(claims=claims), query="\u00df")
+    assert res["pack"] == HEADER + (
+        "Query: \u00df (2 of 3 lines match)\n"
+        "\nFacts:\n- c2 STRASSE offen.\n- c1 Stra\u00dfe gesperrt.\n")
+
+
+@pytest.mark.parametrize("query", [None, "", " ", " \t\n\x1c "])
+def test_query_that_folds_to_nothing_is_no_query(query):
+    claims = [fact(1, "one"), fact(2, "two")]
+    res = render(cap(claims=claims), query=query)
+    assert res["pack"] == HEADER + "\nFacts:\n- c2 two\n- c1 one\n"
+
+
+def test_query_no_match():
+    res = render(cap(claims=[fact(1, "one")], runs=[run("r1", "make")]), query="zzz")
+    assert res["pack"] == HEADER + "Query: zzz (0 of 2 lines match)\n"
+    assert figures(res) == (0, 0, 0, 0, 81 + 32)
+
+
+def test_query_matches_uncut_line():
+    text = "n" * 400 + " needle"
+    res = render(cap(claims=[fact(1, text), fact(2, "hay")]), query="NEEDLE")
+    assert res["pack"] == HEADER + (
+        "Query: NEEDLE (1 of 2 lines match)\n"
+        "\nFacts:\n- c1 " + "n" * 294 + ELLIPSIS + "\n"
+        "\n" + footer(0, 0, 1) + "\n")
+    assert figures(res)[:4] == (1, 0, 0, 1)
+
+
+def test_query_next_action_is_the_highest_then_filtered():
+    # AMBIGUITY (goldens do not decide: in query.capsule.json the highest
+    # active next_action, c66, matches).  Reading taken: the table defines the
+    # candidate lines (the highest active next_action, at most one), then the
+    # query filters candidates ("With a query only matching lines are
+    # candidates"; n = "lines that would be candidates without a query").
+    # So an older next_action is never shown in place of the current one.
+    claims = [next_action(3, "Deploy canary."), next_action(7, "Write docs.")]
+    res = render(cap(claims=claims), query="canary")
+    assert res["pack"] == HEADER + "Query: canary (0 of 1 lines match)\n"
+    res = render(cap(claims=claims), query="docs")
+    assert res["pack"] == HEADER + (
+        "Query: docs (1 of 1 lines match)\n\nNext action:\n- c7 Write docs.\n")
+
+
+def test_query_counts_in_footer_are_matching_candidates_only():
+    claims = [fact(1, "x one"), fact(2, "x two"), fact(3, "other")]
+    qline = "Query: x (2 of 3 lines match)\n"
+    res = render(cap(claims=claims), budget=10, query="x")
+    assert res["pack"] == HEADER + qline + "\n" + footer(2, 0, 0) + "\n"
+    assert figures(res) == (0, 2, 0, 0, 81 + u16(qline) + 96)
+
+
+# --------------------------------------------------------------------------
+# The budget
+# --------------------------------------------------------------------------
+
+LONG_RUN_CMD = "x" * 200  # run line: 12 + 200 + 23 = 235 units, not cut
+
+
+def test_budget_rule1_exact_fit_no_footer():
+    claims = [fact(3, "aaa"), fact(2, "b" * 50), fact(1, "c")]
+    full = HEADER + "\nFacts:\n- c3 aaa\n- c2 " + "b" * 50 + "\n- c1 c\n"
+    assert u16(full) == 161
+    res = render(cap(claims=claims), budget=161)
+    assert res["pack"] == full
+    assert figures(res) == (3, 0, 0, 0, 161)
+
+
+def test_budget_rule2_one_unit_short_reserves_footer():
+    # Full Pack is 161 > 160: footer reserved, R = 2 + 94 = 96; the first
+    # candidate costs 9 + 8 = 17 and 81 + 17 + 96 > 160, so nothing goes in.
+    claims = [fact(3, "aaa"), fact(2, "b" * 50), fact(1, "c")]
+    res = render(cap(claims=claims), budget=160)
+    assert res["pack"] == HEADER + "\n" + footer(3, 0, 0) + "\n"
+    assert figures(res) == (0, 3, 0, 0, 81 + 96)
+
+
+def _fill_capsule():
+    # facts in order c3 (8 units), c2 (55 units), c1 (6 units); one long run
+    return cap(claims=[fact(1, "c"), fact(2, "b" * 50), fact(3, "aaa")],
+               runs=[run("r1", LONG_RUN_CMD)])
+
+
+def test_budget_fill_boundary_inclusive():
+    R = 2 + u16(footer(3, 1, 0))
+    assert R == 96
+    B = 81 + (1 + 6 + 1) + (8 + 1) + R  # header + heading + c3 + R == 194
+    res = render(_fill_capsule(), budget=B)
+    assert res["pack"] == HEADER + "\nFacts:\n- c3 aaa\n\n" + footer(2, 1, 0) + "\n"
+    assert figures(res) == (1, 2, 1, 0, 98 + 96)
+
+
+def test_budget_fill_one_unit_less_excludes():
+    res = render(_fill_capsule(), budget=193)
+    assert res["pack"] == HEADER + "\n" + footer(3, 1, 0) + "\n"
+    assert figures(res) == (0, 3, 1, 0, 81 + 96)
+
+
+def test_budget_fill_stops_at_first_that_does_not_fit():
+    # c3 fits (used 98); c2 needs 98 + 56 + 96 = 250 > 244; c1 alone would fit
+    # (98 + 7 + 96 = 201) but the filling has ended.
+    res = render(_fill_capsule(), budget=244)
+    assert res["pack"] == HEADER + "\nFacts:\n- c3 aaa\n\n" + footer(2, 1, 0) + "\n"
+    assert figures(res) == (1, 2, 1, 0, 194)
+
+
+def test_budget_fill_two_lines():
+    res = render(_fill_capsule(), budget=250)
+    assert res["pack"] == HEADER + (
+        "\nFacts:\n- c3 aaa\n- c2 " + "b" * 50 + "\n\n" + footer(1, 1, 0) + "\n")
+    assert figures(res) == (2, 1, 1, 0, 154 + 96)
+
+
+def _heading_capsule():
+    # open item "- c1 o" (6), fact "- c2 f" (6), run line of 135 units
+    return cap(claims=[open_item(1, "o"), fact(2, "f")],
+               runs=[run("r1", "x" * 100)])
+
+
+def test_budget_heading_cost_charged_with_first_line():
+    # R = 96.  Open item: 7 + (1 + 11 + 1) = 20 -> used 101.
+    # Fact: 7 + (1 + 6 + 1) = 15 -> needs 101 + 15 + 96 = 212.
+    res = render(_heading_capsule(), budget=212)
+    assert res["pack"] == HEADER + (
+        "\nOpen items:\n- c1 o\n\nFacts:\n- c2 f\n\n" + footer(0, 1, 0) + "\n")
+    assert figures(res) == (2, 0, 1, 0, 212)
+
+
+def test_budget_heading_cost_excludes_when_only_line_would_fit():
+    # At 211 the fact line alone (7) would fit (101 + 7 + 96 = 204), but with its
+    # heading it costs 15 and does not.
+    res = render(_heading_capsule(), budget=211)
+    assert res["pack"] == HEADER + (
+        "\nOpen items:\n- c1 o\n\n" + footer(1, 1, 0) + "\n")
+    assert figures(res) == (1, 1, 1, 0, 101 + 96)
+
+
+def _ten_facts_capsule():
+    return cap(claims=[fact(n, "f") for n in range(1, 11)],
+               runs=[run("r1", LONG_RUN_CMD)])
+
+
+def test_budget_reserve_uses_candidate_counts():
+    # a = 10 (two digits): R = 2 + 91 + 4 = 97.  c10 costs 8 + 8 = 16.
+    R = 2 + u16(footer(10, 1, 0))
+    assert R == 97
+    res = render(_ten_facts_capsule(), budget=81 + 16 + R)  # 194
+    assert res["pack"] == HEADER + "\nFacts:\n- c10 f\n\n" + footer(9, 1, 0) + "\n"
+    assert figures(res) == (1, 9, 1, 0, 193)
+
+
+def test_budget_reserve_uses_candidate_counts_not_final_counts():
+    # At 193 c10 does not fit with R = 97 (it would with the final footer's 96).
+    res = render(_ten_facts_capsule(), budget=193)
+    assert res["pack"] == HEADER + "\n" + footer(10, 1, 0) + "\n"
+    assert figures(res) == (0, 10, 1, 0, 81 + 97)
+
+
+def _cut_candidates_capsule():
+    # c11 "- c11 s" (7 units) first, then c10..c1 which are all cut.
+    return cap(claims=[fact(n, "L" * 400) for n in range(1, 11)] + [fact(11, "s")])
+
+
+def test_budget_reserve_counts_cut_candidates():
+    # a = 11, b = 0, k = 10 cut candidates: R = 2 + 91 + 2 + 1 + 2 = 98.
+    R = 2 + u16(footer(11, 0, 10))
+    assert R == 98
+    res = render(_cut_candidates_capsule(), budget=81 + 16 + R)  # 195
+    # The footer's k counts included lines that were cut: none here.
+    assert res["pack"] == HEADER + "\nFacts:\n- c11 s\n\n" + footer(10, 0, 0) + "\n"
+    assert figures(res) == (1, 10, 0, 0, 97 + 97)
+
+
+def test_budget_reserve_counts_cut_candidates_one_less():
+    res = render(_cut_candidates_capsule(), budget=194)
+    assert res["pack"] == HEADER + "\n" + footer(11, 0, 0) + "\n"
+    assert figures(res) == (0, 11, 0, 0, 81 + 97)
+
+
+def test_budget_cut_line_alone_gets_footer():
+    res = render(cap(claims=[fact(1, "s"), fact(2, "L" * 400)]), budget=6000)
+    assert res["pack"] == HEADER + (
+        "\nFacts:\n- c2 " + "L" * 294 + ELLIPSIS + "\n- c1 s\n"
+        "\n" + footer(0, 0, 1) + "\n")
+    assert figures(res) == (2, 0, 0, 1, 81 + 8 + 301 + 7 + 96)
+
+
+def test_budget_cut_run_line():
+    cmd = "m" * 300
+    res = render(cap(runs=[run("r1", cmd)]), budget=6000)
+    line = ("- r1 passed " + cmd)[:299] + ELLIPSIS
+    assert res["pack"] == HEADER + "\nRuns:\n" + line + "\n\n" + footer(0, 0, 1) + "\n"
+    assert figures(res) == (0, 0, 0, 1, 81 + 7 + 301 + 96)
+
+
+def test_budget_header_longer_than_budget():
+    res = render(cap(claims=[fact(1, "a")], runs=[run("r1", "make")]), budget=50)
+    assert res["pack"] == HEADER + "\n" + footer(1, 1, 0) + "\n"
+    assert figures(res) == (0, 1, 1, 0, 81 + 96)
+
+
+def test_budget_header_longer_than_budget_with_no_candidates_has_no_footer():
+    # pack.md rule 3: the footer comes "when anything was left out or cut".
+    # With no candidate at all nothing was, so an over-long header stands alone
+    # (the parenthetical in rule 3 covers headers that crowd lines out).
+    res = render(cap(), budget=50)
+    assert res["pack"] == HEADER
+    assert figures(res) == (0, 0, 0, 0, 81)
+
+
+def _thirty_facts_capsule():
+    # c1..c30, every line exactly 200 units
+    return cap(claims=[fact(n, "x" * (200 - len("- c%d " % n))) for n in range(1, 31)])
+
+
+def test_budget_default_is_6000():
+    # Full Pack: 81 + 8 + 30 * 201 = 6119 > 6000.  R = 2 + 91 + 4 = 97.
+    # Lines: 81 + 8 + 201 * i + 97 <= 6000  ->  i = 28 (c30 .. c3).
+    capsule = _thirty_facts_capsule()
+    lines = ["- c%d " % n + "x" * (200 - len("- c%d " % n)) for n in range(30, 2, -1)]
+    expected = HEADER + "\nFacts:\n" + "".join(l + "\n" for l in lines) + \
+        "\n" + footer(2, 0, 0) + "\n"
+    res = mp.render_pack(capsule)
+    assert res["pack"] == expected
+    assert res["units"] == 81 + 8 + 28 * 201 + 96 == u16(expected)
+    assert figures(res)[:4] == (28, 2, 0, 0)
+    assert render(capsule, budget=6119)["pack"].endswith("- c1 " + "x" * 195 + "\n")
+
+
+# --------------------------------------------------------------------------
+# The opening statement
+# --------------------------------------------------------------------------
+
+def test_open_item_sentence_none():
+    c = cap(claims=[fact(1, "f"), open_item(2, "o", state="withdrawn")])
+    assert mp.open_item_sentence(c) == "No open items."
+
+
+def test_open_item_sentence_one():
+    c = cap(claims=[open_item(12, "o"), open_item(3, "old", state="superseded")])
+    assert mp.open_item_sentence(c) == "1 open item (c12) must be resolved or carried forward."
+
+
+def test_open_item_sentence_many_numeric_order():
+    c = cap(claims=[open_item(15, "a"), open_item(4, "b"), open_item(13, "w", state="withdrawn"),
+                    fact(5, "f"), open_item(12, "c")])
+    assert mp.open_item_sentence(c) == (
+        "3 open items (c4, c12, c15) must be resolved or carried forward.")
+
+
+def test_open_item_sentence_lists_all_whatever_the_budget():
+    c = cap(claims=[open_item(n, "o" * 400) for n in range(20, 0, -1)])
+    assert mp.open_item_sentence(c) == (
+        "20 open items (" + ", ".join("c%d" % n for n in range(1, 21)) +
+        ") must be resolved or carried forward.")
+
+
+def test_opening_statement_format():
+    c = cap(claims=[open_item(5, "o"), open_item(2, "p")], number=9,
+            title="  Edge\tcases\x07 " + ROCKET + " ")
+    s = mp.opening_statement(c, "2026-11-21T00:00:00Z", " claude\tcode ", "impl\nementer")
+    assert s == ("Resuming Task 9: Edge cases" + FFFD + " " + ROCKET +
+                 " at 2026-11-21T00:00:00Z as claude code (impl ementer)."
+                 " 2 open items (c2, c5) must be resolved or carried forward.")
+    assert "\n" not in s
+
+
+def test_opening_statement_no_open_items():
+    c = cap(number=3, title="Fix flaky upload retries")
+    assert mp.opening_statement(c, "2026-01-01T00:00:00Z", "codex", "reviewer") == (
+        "Resuming Task 3: Fix flaky upload retries at 2026-01-01T00:00:00Z"
+        " as codex (reviewer). No open items.")

@@ -1474,8 +1474,8 @@ class Call:
         report["token_from"] = source
         if path:
             try:
-                token, too_open = read_token_file(path)
-                report["token_file_mode"] = "too_open" if too_open else "ok"
+                self.token_too_open = read_token_file(path)[1]
+                report["token_file_mode"] = "too_open" if self.token_too_open else "ok"
             except Problem:
                 warnings.append(source if source != "config" else "token")
         try:
@@ -1706,22 +1706,26 @@ def read_context(root):
 
 
 def context_is_sound(context):
+    """A version-1 context whose records have the shapes the tools rely on."""
     if not isinstance(context, dict) or context.get("version") != 1 or \
             isinstance(context.get("version"), bool):
         return False
-    for key in ("task", "session"):
-        record = context.get(key)
-        if record is None:
-            continue
-        if not isinstance(record, dict) or not isinstance(record.get("id"), str) or \
-                not isinstance(record.get("number"), int) or isinstance(record.get("number"), bool):
+    task, session = context.get("task"), context.get("session")
+    if not all(record is None or is_record(record) for record in (task, session)):
+        return False
+    if session is not None:
+        parent, agent = session.get("parent"), session.get("agent")
+        if parent is not None and not is_record(parent):
             return False
-    session = context.get("session")
-    if session and session.get("parent") is not None:
-        parent = session["parent"]
-        if not isinstance(parent, dict) or not isinstance(parent.get("id"), str):
+        if agent is not None and not isinstance(agent, dict):
             return False
     return True
+
+
+def is_record(record):
+    """A Task or Session reference: a string id and a whole number."""
+    return isinstance(record, dict) and isinstance(record.get("id"), str) and \
+        isinstance(record.get("number"), int) and not isinstance(record.get("number"), bool)
 
 
 def read_runs(root):

@@ -554,15 +554,22 @@ def handle_request(transport, method, request_id, params, started):
             result = modern_result(result)
         transport.reply(request_id, result)
         outcome = "ok"
-    tool = answer.get("tool", "-")
-    transport.log(era, method, request_id, tool, outcome, started)
+    transport.log(era, method, request_id, tool_label(method, fields), outcome, started)
 
 
-def error_answer(code, message, data=None, tool="-"):
+def error_answer(code, message, data=None):
     error = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
-    return {"error": error, "tool": tool}
+    return {"error": error}
+
+
+def tool_label(method, fields):
+    """What the log names as the tool: a tools/call's tool, `?` if it names none of ours."""
+    if method != "tools/call":
+        return "-"
+    name = fields.get("name")
+    return name if isinstance(name, str) and name in TOOLS_BY_NAME else "?"
 
 
 def modern_result(result):
@@ -638,16 +645,16 @@ def client_name(info):
 def prepare_tool_call(fields, client):
     name = fields.get("name")
     if not isinstance(name, str):
-        return error_answer(-32602, "Invalid params: tools/call needs a string name", tool="?")
+        return error_answer(-32602, "Invalid params: tools/call needs a string name")
     tool = TOOLS_BY_NAME.get(name)
     if tool is None:
-        return error_answer(-32602, "Invalid params: no tool has that name", tool="?")
+        return error_answer(-32602, "Invalid params: no tool has that name")
     arguments = fields.get("arguments")
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        return error_answer(-32602, "Invalid params: arguments must be an object", tool=name)
-    return {"call": {"tool": name, "arguments": arguments, "client": client}, "tool": name}
+        return error_answer(-32602, "Invalid params: arguments must be an object")
+    return {"call": {"tool": name, "arguments": arguments, "client": client}}
 
 
 def run_tool_call(transport, job):

@@ -1,0 +1,744 @@
+"""Shared fixtures: the built .pyz, the interpreters, a clean environment, a
+Workspace, a configuration directory, the reference daemon, and `Server`, which
+drives `<python> <pyz> mcp serve` over real pipes.
+
+Every server a test starts is checked when it is closed (and, if the test did
+not close it, at teardown): standard output carries only JSON-RPC responses,
+compact and one per line, with no raw U+2028/U+2029; standard error carries
+exactly one well-formed log line per message sent; neither stream carries a
+planted token or a planted argument value.
+"""
+
+import glob
+import json
+import os
+import queue
+import re
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+for _path in (str(REPO), str(TESTS)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+# A safety net against a hung server, never a means of synchronisation.
+SAFETY_TIMEOUT = 30.0
+
+MODERN_VERSION = "2026-07-28"
+LEGACY_VERSIONS = ("2025-11-25", "2025-06-18")
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT = "io.modelcontextprotocol/clientInfo"
+META_SERVER = "io.modelcontextprotocol/serverInfo"
+
+# The one place the tool list is written down: seed-mcp-server.md's order.
+READ_TOOLS = ("pack", "claims", "context", "tasks", "ledger_verify")
+WRITE_TOOLS = ("begin", "checkpoint", "decide", "end", "complete")
+EXPECTED_TOOLS = READ_TOOLS + WRITE_TOOLS
+
+PROBLEM_CODES = frozenset("""
+invalid_params token_missing token_malformed data_dir_missing daemon_unavailable
+daemon_address_refused daemon_timeout daemon_error context_unreadable no_task no_session
+task_not_found session_not_found run_label_unknown no_passed_runs runs_failing
+internal_error unauthenticated token_revoked scope_missing role_forbidden not_found
+claim_not_found claim_not_active session_not_open invalid_transition evidence_invalid
+validation_failed idempotency_key_reused
+""".split())
+RPC_CODES = frozenset(["-32700", "-32600", "-32601", "-32602", "-32603", "-32022"])
+OTHER_OUTCOMES = frozenset(["ok", "notification", "response", "cancelled"])
+
+LOG_LINE = re.compile(
+    r"memprove-mcp (?P<era>modern|legacy|-) (?P<method>-|\".*?) id=(?P<id>-|-?[0-9]+|\".*?) "
+    r"tool=(?P<tool>[a-z_]+|\?|-) (?P<outcome>[a-z][a-z0-9_]*|-?[0-9]+) (?P<ms>[0-9]+)ms"
+    r"(?P<warning> warning=token_file_too_open)?\Z")
+
+PYTHON_VERSIONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13")
+
+
+# ---------------------------------------------------------------------------
+# The .pyz and the interpreters
+# ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def pyz(tmp_path_factory):
+    """Build the .pyz once per session with build_zipapp.py; return its path."""
+    out = tmp_path_factory.mktemp("pyz") / "memprove_mcp.pyz"
+    done = subprocess.run([sys.executable, str(REPO / "build_zipapp.py"), "--output", str(out)],
+                          cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=120)
+    assert done.returncode == 0, "build_zipapp.py failed: %r" % (done.stderr,)
+    assert out.is_file()
+    return out
+
+
+def _pyenv_root():
+    exe = shutil.which("pyenv")
+    if exe:
+        try:
+            out = subprocess.run([exe, "root"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 timeout=30).stdout.decode().strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+
+
+def _version_key(path):
+    name = Path(path).parent.parent.name          # versions/3.11.7/bin/python3.11
+    return tuple(int(part) if part.isdigit() else -1 for part in re.split(r"[.]", name))
+
+
+def _real_interpreter(candidate, minor):
+    """The interpreter's own sys.executable if it runs and is `minor`, else None."""
+    try:
+        done = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.executable)"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.decode("utf-8", "replace").splitlines()
+    if done.returncode != 0 or len(lines) < 2 or lines[0] != minor:
+        return None
+    return lines[1]
+
+
+_FOUND = {}
+
+
+def find_python(minor):
+    """Absolute path of a Python `minor` ("3.8"...): pyenv's newest patch release
+    of it, else `python3.X` on PATH; None when there is none."""
+    if minor not in _FOUND:
+        found = None
+        pattern = os.path.join(_pyenv_root(), "versions", minor + ".*", "bin", "python" + minor)
+        for candidate in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+            if re.match(r"\d+\.\d+\.\d+\Z", Path(candidate).parent.parent.name):
+                found = _real_interpreter(candidate, minor)
+                if found:
+                    break
+        if not found:
+            on_path = shutil.which("python" + minor)
+            if on_path:
+                found = _real_interpreter(on_path, minor)
+        _FOUND[minor] = found
+    return _FOUND[minor]
+
+
+@pytest.fixture(params=PYTHON_VERSIONS, ids=["py" + v for v in PYTHON_VERSIONS])
+def server_python(request):
+    """Each supported interpreter in turn; absent: skipped, or failed under CI=true."""
+    path = find_python(request.param)
+    if path is None:
+        reason = "Python %s is not installed (pyenv or python%s on PATH)" % (
+            request.param, request.param)
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture
+def newest_python():
+    return sys.executable
+
+
+@pytest.fixture(scope="session")
+def server_version(pyz):
+    """V of `--version` (`memprove-mcp V (<12 hex>)`)."""
+    done = subprocess.run([sys.executable, str(pyz), "--version"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT,
+                          env=clean_env(str(pyz.parent)))
+    match = re.match(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\n\Z", done.stdout.decode())
+    assert match, done.stdout
+    return match.group(1)
+
+
+# ---------------------------------------------------------------------------
+# Environment, Workspace, configuration, daemon
+# ---------------------------------------------------------------------------
+
+def clean_env(home, extra=None):
+    """PATH, HOME and LANG only: no MEMPROVE_*, CLAUDE_PROJECT_DIR, XDG_* or proxy
+    variable of the outer environment reaches the server; callers add theirs."""
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LANG": "C.UTF-8"}
+    for key, value in (extra or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
+@pytest.fixture
+def home(tmp_path):
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def make_env(home):
+    """make_env(extra=None) -> a clean environment with this test's HOME."""
+    def make(extra=None):
+        return clean_env(home, extra)
+    return make
+
+
+@pytest.fixture
+def planted():
+    """Strings that must appear on neither output stream of any server of the test."""
+    return set()
+
+
+@pytest.fixture
+def plant(planted):
+    """plant(prefix="PLANTED-ARG") -> a fresh recognisable value, remembered as planted."""
+    def make(prefix="PLANTED-ARG"):
+        value = "%s-%s" % (prefix, secrets.token_hex(8))
+        planted.add(value)
+        return value
+    return make
+
+
+def make_workspace(path):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ".memprove").mkdir(exist_ok=True)
+    (path / ".git").mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """A Workspace root: a directory with `.memprove/` and `.git/`."""
+    return make_workspace(tmp_path / "ws")
+
+
+class Config:
+    """A configuration directory: `data-dir` names `data_dir`; `token` (0600) holds `token`."""
+
+    def __init__(self, directory, data_dir, token):
+        self.dir = directory
+        self.data_dir = data_dir
+        self.token = token
+        self.token_file = directory / "token"
+
+    def env(self):
+        return {"MEMPROVE_CONFIG_DIR": str(self.dir)}
+
+
+@pytest.fixture
+def config(tmp_path, planted):
+    directory = tmp_path / "config"
+    data_dir = tmp_path / "data"
+    directory.mkdir()
+    data_dir.mkdir()
+    token = "tok-PLANTED-" + secrets.token_hex(16)
+    planted.add(token)
+    (directory / "data-dir").write_text(str(data_dir) + "\n")
+    token_file = directory / "token"
+    fd = os.open(str(token_file), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    os.chmod(str(token_file), 0o600)
+    return Config(directory, data_dir, token)
+
+
+@pytest.fixture
+def daemon(config):
+    import ledgerd
+    started = ledgerd.Daemon(str(config.data_dir)).start()
+    try:
+        started.add_token(config.token, scopes=("mcp-read", "mcp-write"), roles="*")
+        yield started
+    finally:
+        started.stop()
+
+
+# ---------------------------------------------------------------------------
+# Message builders
+# ---------------------------------------------------------------------------
+
+def modern_meta(client=None, version=MODERN_VERSION, capabilities=None):
+    """The 2026-07-28 request `_meta`; `client` adds clientInfo with that name."""
+    meta = {META_VERSION: version,
+            META_CAPABILITIES: {} if capabilities is None else capabilities}
+    if client is not None:
+        meta[META_CLIENT] = {"name": client, "version": "1.0"}
+    return meta
+
+
+def modern_params(params=None, client=None, **meta_options):
+    out = dict(params or {})
+    out["_meta"] = modern_meta(client=client, **meta_options)
+    return out
+
+
+def initialize_params(version="2025-11-25", client="pytest-client"):
+    return {"protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": client, "version": "1.0"}}
+
+
+# ---------------------------------------------------------------------------
+# Checks of the two output streams
+# ---------------------------------------------------------------------------
+
+def _reject_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def strict_json(data):
+    """Parse UTF-8 JSON bytes, refusing NaN and Infinity."""
+    return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+
+
+def is_compact(text):
+    """True when no white space stands outside a JSON string."""
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in " \t\r\n":
+            return False
+    return True
+
+
+def parse_log(line):
+    """The fields of one standard-error line, or AssertionError."""
+    match = LOG_LINE.match(line)
+    assert match, "not a log line: %r" % (line,)
+    fields = match.groupdict()
+    assert len(fields["method"]) <= 64 and len(fields["id"]) <= 64, line
+    assert fields["tool"] in EXPECTED_TOOLS or fields["tool"] in ("?", "-"), line
+    outcome = fields["outcome"]
+    assert outcome in OTHER_OUTCOMES or outcome in PROBLEM_CODES or outcome in RPC_CODES, line
+    return fields
+
+
+def log_text(value):
+    """What the log shows for a client-chosen method or id."""
+    return json.dumps(value)[:64]
+
+
+def same_id(message, request_id):
+    """The response's id equals request_id with the same JSON type (0 is not "0")."""
+    if "id" not in message:
+        return False
+    got = message["id"]
+    return type(got) is type(request_id) and got == request_id
+
+
+def check_stdout_line(raw):
+    assert raw.endswith(b"\n"), "an output line is not newline-terminated: %r" % raw[:200]
+    assert b"\xe2\x80\xa8" not in raw and b"\xe2\x80\xa9" not in raw, "raw U+2028/U+2029 on stdout"
+    body = raw[:-1]
+    text = body.decode("utf-8")
+    assert "\n" not in text and "\r" not in text
+    assert is_compact(text), "output is not compact JSON: %r" % text[:200]
+    message = strict_json(body)
+    assert isinstance(message, dict), text[:200]
+    assert message.get("jsonrpc") == "2.0", text[:200]
+    assert "method" not in message, "the server sent a request or notification: %r" % text[:200]
+    assert ("result" in message) != ("error" in message), text[:200]
+    if "id" in message:
+        assert isinstance(message["id"], (str, int)) and not isinstance(message["id"], bool)
+    else:
+        assert "error" in message, "a result without id: %r" % text[:200]
+    if "error" in message:
+        error = message["error"]
+        assert isinstance(error, dict) and isinstance(error.get("code"), int), text[:200]
+        assert isinstance(error.get("message"), str), text[:200]
+        assert set(error) <= {"code", "message", "data"}, text[:200]
+    return message
+
+
+# ---------------------------------------------------------------------------
+# The server over real pipes
+# ---------------------------------------------------------------------------
+
+_EOF = object()
+_AUTO = object()
+_NONE = object()
+
+
+class Server:
+    """`<python> <pyz> mcp serve ...` with a reader thread on each output stream."""
+
+    def __init__(self, argv, env, cwd, planted):
+        self.argv = argv
+        self.env = env
+        self.planted = planted
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, cwd=str(cwd), bufsize=0)
+        self.raw_stdout = []            # every stdout line, bytes, as read
+        self.raw_stderr = []            # every stderr line, bytes, as read
+        self.messages = []              # every stdout message, parsed, in order
+        self.sent = 0                   # messages sent (non-blank lines)
+        self.closed = False
+        self.checked = False
+        self.returncode = None
+        self._partial = b""
+        self._next_id = 1000
+        self._incoming = queue.Queue()
+        self._stash = []
+        self._stderr_changed = threading.Condition()
+        self._out_thread = threading.Thread(target=self._read_stdout, daemon=True)
+        self._err_thread = threading.Thread(target=self._read_stderr, daemon=True)
+        self._out_thread.start()
+        self._err_thread.start()
+
+    # -- reading -----------------------------------------------------------
+
+    def _read_stdout(self):
+        for line in iter(self.proc.stdout.readline, b""):
+            self.raw_stdout.append(line)
+            try:
+                message = strict_json(line)
+            except Exception:
+                message = {"unparseable": line[:200]}
+            self.messages.append(message)
+            self._incoming.put(message)
+        self._incoming.put(_EOF)
+
+    def _read_stderr(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            with self._stderr_changed:
+                self.raw_stderr.append(line)
+                self._stderr_changed.notify_all()
+        with self._stderr_changed:
+            self._stderr_changed.notify_all()
+
+    def _pull(self, timeout):
+        try:
+            message = self._incoming.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("no message from the server within %ss" % timeout)
+        if message is _EOF:
+            self._incoming.put(_EOF)
+            raise AssertionError("the server closed its standard output (exit %r); stderr: %r"
+                                 % (self.proc.poll(), self.stderr_lines[-5:]))
+        return message
+
+    def next_message(self, timeout=SAFETY_TIMEOUT):
+        """The next stdout message not yet claimed, in arrival order."""
+        if self._stash:
+            return self._stash.pop(0)
+        return self._pull(timeout)
+
+    def response(self, request_id, timeout=SAFETY_TIMEOUT):
+        """The response whose id is request_id (same JSON type); others are kept."""
+        for index, message in enumerate(self._stash):
+            if same_id(message, request_id):
+                return self._stash.pop(index)
+        while True:
+            message = self._pull(timeout)
+            if same_id(message, request_id):
+                return message
+            self._stash.append(message)
+
+    def unclaimed(self):
+        """Messages that arrived while waiting for others and were not claimed."""
+        return list(self._stash)
+
+    @property
+    def stdout_lines(self):
+        return [line.decode("utf-8", "replace").rstrip("\n") for line in self.raw_stdout]
+
+    @property
+    def stderr_lines(self):
+        with self._stderr_changed:
+            return [line.decode("utf-8", "replace").rstrip("\n") for line in self.raw_stderr]
+
+    def log_records(self):
+        return [parse_log(line) for line in self.stderr_lines]
+
+    def wait_stderr_lines(self, count, timeout=SAFETY_TIMEOUT):
+        """Block until `count` stderr lines have been read (or the stream ended)."""
+        with self._stderr_changed:
+            ok = self._stderr_changed.wait_for(
+                lambda: len(self.raw_stderr) >= count or not self._err_thread.is_alive(),
+                timeout=timeout)
+        assert ok and len(self.raw_stderr) >= count, (
+            "expected %d stderr lines, have %r" % (count, self.stderr_lines))
+        return self.stderr_lines
+
+    # -- writing -----------------------------------------------------------
+
+    def send_raw(self, data):
+        """Write bytes as they are; non-blank complete lines count as messages."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        pending = self._partial + data
+        lines = pending.split(b"\n")
+        self._partial = lines.pop()
+        self.sent += sum(1 for line in lines if line.strip())
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, message):
+        data = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+        self.send_raw(data)
+
+    def new_id(self):
+        self._next_id += 1
+        return self._next_id
+
+    def request_message(self, method, params=_NONE, id=_AUTO):
+        message = {"jsonrpc": "2.0", "id": self.new_id() if id is _AUTO else id, "method": method}
+        if params is not _NONE:
+            message["params"] = params
+        return message
+
+    def request(self, method, params=_NONE, id=_AUTO):
+        """Send a request and return its response (matched by id)."""
+        message = self.request_message(method, params, id)
+        self.send(message)
+        return self.response(message["id"])
+
+    def notify(self, method, params=_NONE):
+        message = {"jsonrpc": "2.0", "method": method}
+        if params is not _NONE:
+            message["params"] = params
+        self.send(message)
+
+    def modern(self, method, params=None, client=None, id=_AUTO, **meta_options):
+        """A 2026-07-28 request with the `_meta` envelope; returns its response."""
+        return self.request(method, modern_params(params, client=client, **meta_options), id=id)
+
+    def initialize(self, version="2025-11-25", client="pytest-client", id=_AUTO):
+        """The legacy handshake; returns the initialize result."""
+        answer = self.request("initialize", initialize_params(version, client), id=id)
+        assert "result" in answer, answer
+        self.notify("notifications/initialized")
+        return answer["result"]
+
+    def call_params(self, name, arguments=_NONE, era="legacy", client=None, extra=None):
+        params = {"name": name}
+        if arguments is not _NONE:
+            params["arguments"] = arguments
+        params.update(extra or {})
+        if era == "modern":
+            params = modern_params(params, client=client)
+        return params
+
+    def call(self, name, arguments=_NONE, era="legacy", client=None, id=_AUTO, extra=None):
+        """tools/call in the given era; returns the whole response."""
+        return self.request("tools/call", self.call_params(name, arguments, era, client, extra), id=id)
+
+    # -- ending ------------------------------------------------------------
+
+    def shut_input(self):
+        """Close the server's standard input (end of input)."""
+        if self._partial.strip():
+            self.sent += 1
+        self._partial = b""
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def wait(self, timeout=SAFETY_TIMEOUT):
+        try:
+            self.returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("the server did not exit within %ss" % timeout)
+        self._out_thread.join(SAFETY_TIMEOUT)
+        self._err_thread.join(SAFETY_TIMEOUT)
+        self.closed = True
+        return self.returncode
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._out_thread.join(SAFETY_TIMEOUT)
+        self._err_thread.join(SAFETY_TIMEOUT)
+        self.closed = True
+
+    def close(self, check=True, count=True):
+        """End of input; wait for exit; check both streams; return the exit code."""
+        self.shut_input()
+        code = self.wait()
+        if check:
+            self.check(count=count)
+        return code
+
+    def check(self, count=True):
+        """Standard output: only responses. Standard error: one log line per
+        message. Neither: a planted string."""
+        self.checked = True
+        for raw in self.raw_stdout:
+            check_stdout_line(raw)
+        lines = self.stderr_lines
+        for raw in self.raw_stderr:
+            assert raw.endswith(b"\n"), raw
+        for line in lines:
+            parse_log(line)
+        if count:
+            assert len(lines) == self.sent, (
+                "%d messages sent, %d stderr lines: %r" % (self.sent, len(lines), lines))
+        out = b"".join(self.raw_stdout)
+        err = b"".join(self.raw_stderr)
+        for secret in self.planted:
+            for form in {secret.encode("utf-8"), json.dumps(secret)[1:-1].encode("utf-8")}:
+                assert form not in out, "a planted value is on standard output"
+                assert form not in err, "a planted value is on standard error"
+
+
+@pytest.fixture
+def start_server(pyz, make_env, workspace, planted):
+    """start_server(python=None, env=None, cwd=None, args=()) -> a running Server.
+
+    python: the interpreter (default sys.executable); env: added to the clean
+    environment (a None value removes a key); cwd: default the `workspace`;
+    args: after `mcp serve`."""
+    servers = []
+
+    def start(python=None, env=None, cwd=None, args=()):
+        argv = [python or sys.executable, str(pyz), "mcp", "serve"] + [str(a) for a in args]
+        server = Server(argv, make_env(env), cwd or workspace, planted)
+        servers.append(server)
+        return server
+
+    yield start
+    problems = []
+    for server in servers:
+        if not server.closed:
+            try:
+                server.close(check=False)
+            except AssertionError as error:
+                problems.append(str(error))
+                server.kill()
+        if not server.checked:
+            try:
+                server.check()
+            except AssertionError as error:
+                problems.append(str(error))
+    assert not problems, problems
+
+
+def run_cli(python, pyz, args, env, cwd, stdin=b""):
+    """Run `<python> <pyz> args...` to completion; returns CompletedProcess (bytes)."""
+    return subprocess.run([python, str(pyz)] + [str(a) for a in args], input=stdin,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(cwd),
+                          timeout=SAFETY_TIMEOUT)
+
+
+def snapshot(*roots):
+    """Every path under the roots with its type, size, mode and mtime."""
+    seen = {}
+    for root in roots:
+        root = Path(root)
+        if not root.exists():
+            seen[str(root)] = None
+            continue
+        for path in [root] + sorted(root.rglob("*")):
+            info = path.lstat()
+            seen[str(path)] = (stat.S_IFMT(info.st_mode), info.st_size, info.st_mode,
+                               info.st_mtime_ns)
+    return seen
+
+
+# ---------------------------------------------------------------------------
+# A small validator for the JSON Schema subset the tools use
+# ---------------------------------------------------------------------------
+
+SCHEMA_KEYWORDS = frozenset([
+    "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+    "minimum", "maximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+    "description", "title", "default"])
+
+
+def schema_errors(schema, value, where="$"):
+    """The places where value breaks schema (the keywords of SCHEMA_KEYWORDS)."""
+    errors = []
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if not any(_is_type(value, kind) for kind in kinds):
+            return ["%s: %r is not %s" % (where, type(value).__name__, kinds)]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append("%s: not in enum" % where)
+    if "const" in schema and value != schema["const"]:
+        errors.append("%s: not the const" % where)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append("%s: below minimum" % where)
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append("%s: above maximum" % where)
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", len(value)):
+            errors.append("%s: length" % where)
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errors.append("%s: pattern" % where)
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
+            errors.append("%s: item count" % where)
+        if isinstance(schema.get("items"), dict):
+            for index, item in enumerate(value):
+                errors += schema_errors(schema["items"], item, "%s[%d]" % (where, index))
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append("%s: %s missing" % (where, key))
+        for key, item in value.items():
+            if key in properties:
+                errors += schema_errors(properties[key], item, "%s.%s" % (where, key))
+            elif schema.get("additionalProperties") is False:
+                errors.append("%s: %s not allowed" % (where, key))
+            elif isinstance(schema.get("additionalProperties"), dict):
+                errors += schema_errors(schema["additionalProperties"], item, "%s.%s" % (where, key))
+    return errors
+
+
+def _is_type(value, kind):
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "array":
+        return isinstance(value, list)
+    if kind == "object":
+        return isinstance(value, dict)
+    raise AssertionError("unknown type %r" % kind)
+
+
+def schema_keyword_problems(schema, where="$"):
+    """Keywords outside the subset that means the same in draft-07 and 2020-12."""
+    problems = []
+    if not isinstance(schema, dict):
+        return ["%s: a schema that is not an object" % where]
+    for key, value in schema.items():
+        if key not in SCHEMA_KEYWORDS:
+            problems.append("%s: keyword %s" % (where, key))
+    for key, sub in (schema.get("properties") or {}).items():
+        problems += schema_keyword_problems(sub, "%s.%s" % (where, key))
+    if "items" in schema:
+        problems += schema_keyword_problems(schema["items"], where + "[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        problems += schema_keyword_problems(schema["additionalProperties"], where + "{}")
+    return problems

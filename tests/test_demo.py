@@ -1,0 +1,29 @@
+"""The newcomer's first run (tests/demo.py) works from this clone, as the README promises."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_demo_walks_an_agents_day_and_cleans_up(tmp_path):
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path), "LANG": "C.UTF-8",
+           "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "demo.py")], cwd=str(tmp_path),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    out = done.stdout.decode("utf-8")
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")[-2000:]
+    calls = re.findall(r"^> (\w+) ", out, re.M)
+    assert calls == ["tasks", "begin", "checkpoint", "decide", "checkpoint", "complete", "end",
+                     "pack", "ledger_verify"]
+    assert re.findall(r"^  (r\d) (passed|failed)", out, re.M) == [("r1", "failed"), ("r2", "passed")]
+    assert '"status": "done", "evidence": ["r2"]' in out
+    assert "  | Task 1: Fix flaky upload retries [done]" in out
+    assert "  | - r1 failed (exit 1) pytest -q tests/test_upload.py" in out
+    assert '"ok": true' in out
+    assert "server exited 0 after 10 messages" in out
+    # Everything it made lived in one temporary folder, now gone.
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("memprove-demo-")]

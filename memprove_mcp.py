@@ -193,12 +193,16 @@ def parse_command_line(argv):
 
 
 def source_digest():
-    """SHA-256 of this module's source, whether it runs from a file or a zip."""
+    """SHA-256 of this module's source, whether it runs from a file or a .pyz.
+
+    In a .pyz the module may have come from bytecode, so the source is read
+    from the archive's root rather than from __file__.
+    """
     import hashlib
     loader = globals().get("__loader__")
-    try:
-        data = loader.get_data(__file__)
-    except Exception:
+    if getattr(loader, "archive", None):
+        data = loader.get_data("memprove_mcp.py")
+    else:
         with open(__file__, "rb") as handle:
             data = handle.read()
     return hashlib.sha256(data).hexdigest()

@@ -23,6 +23,18 @@ BUILD_SCRIPT = ROOT / "build_zipapp.py"
 REAL_MODULE = ROOT / "memprove_mcp.py"
 SHEBANG = b"#!/usr/bin/env python3\n"
 ENTRY_NAMES = ["__main__.py", "memprove_mcp.py"]
+PYC_NAME = re.compile(r"pyc/cpython-3\d+/memprove_mcp\.pyc\Z")
+
+
+def entry_names(archive):
+    """The source entries, checked to come first; the bytecode entries after them."""
+    names = [info.filename for info in archive.infolist()]
+    assert names[:2] == ENTRY_NAMES, names
+    assert names[2:] == sorted(names[2:])
+    assert all(PYC_NAME.match(name) for name in names[2:]), names
+    return names
+
+
 VERSION_LINE = re.compile(r"^memprove-mcp \S+ \(([0-9a-f]{12})\)$")
 BUILT_LINE = re.compile(r"^built (.+) \((\d+) bytes, sha256 ([0-9a-f]{64})\)$")
 GUARD_LINE = re.compile(r"^memprove-mcp needs Python 3\.8 or newer; this is Python (\d+\.\d+\.\d+)\.$")
@@ -44,7 +56,7 @@ import sys
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if (words := argv) == ["--version"]:
-        data = __loader__.get_data(__file__)
+        data = __loader__.get_data("memprove_mcp.py")   # the source, even when run from bytecode
         sys.stdout.write("memprove-mcp 0.0.0+stand-in (%s)\\n" % hashlib.sha256(data).hexdigest()[:12])
         return 0
     sys.stderr.write("stand-in: unexpected %r\\n" % (words,))
@@ -261,7 +273,7 @@ def test_archive_layout(tmp_path):
     with zipfile.ZipFile(str(pyz)) as archive:
         assert archive.testzip() is None
         infos = archive.infolist()
-        assert [info.filename for info in infos] == ENTRY_NAMES
+        entry_names(archive)
         for info in infos:
             assert info.date_time == (1980, 1, 1, 0, 0, 0)
             assert info.create_system == 3
@@ -289,8 +301,68 @@ def test_real_module_is_packed_as_is(tmp_path):
     source = REAL_MODULE.read_bytes()
     pyz = build(tmp_path, source)
     with zipfile.ZipFile(str(pyz)) as archive:
-        assert [info.filename for info in archive.infolist()] == ENTRY_NAMES
+        names = entry_names(archive)
         assert archive.read("memprove_mcp.py") == source
+    # Bytecode of every supported Python this machine has, and of this one.
+    for version, name in SUPPORTED_PYTHONS:
+        if find_pyenv_python(version, name) is not None:
+            assert "pyc/%s/memprove_mcp.pyc" % cache_tag(name) in names
+    assert "pyc/%s/memprove_mcp.pyc" % sys.implementation.cache_tag in names
+
+
+def cache_tag(name):
+    """python3.11 -> cpython-311, the folder its bytecode goes in."""
+    return "cpython-" + name[len("python"):].replace(".", "")
+
+
+def imported_from(done):
+    """The -v line that says where memprove_mcp was imported from."""
+    lines = [line for line in done.stderr.decode().splitlines()
+             if line.startswith("import") and "memprove_mcp" in line]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_no_bytecode_packs_the_source_alone(tmp_path):
+    output = tmp_path / "plain.pyz"
+    source = tmp_path / "memprove_mcp.py"
+    source.write_bytes(STAND_IN)
+    done = run_build("--source", source, "--output", output, "--no-bytecode", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(str(output)) as archive:
+        assert [info.filename for info in archive.infolist()] == ENTRY_NAMES
+
+
+@needs_real_module
+@pytest.mark.parametrize("version,name", SUPPORTED_PYTHONS)
+def test_each_python_imports_its_own_bytecode(tmp_path, version, name):
+    """zipimport takes pyc/<cache tag>/memprove_mcp.pyc, so nothing is compiled at start."""
+    python = pyenv_python(version, name, strict_in_ci=True)
+    source = REAL_MODULE.read_bytes()
+    pyz = build(tmp_path, source)
+    done = subprocess.run([python, "-v", str(pyz), "--version"], cwd=str(tmp_path),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0
+    assert VERSION_LINE.match(done.stdout.decode().strip()).group(1) == sha256(source)[:12]
+    assert "/pyc/%s/" % cache_tag(name) in imported_from(done)
+
+
+@needs_real_module
+def test_bytecode_with_a_foreign_magic_falls_back_to_the_source(tmp_path):
+    source = REAL_MODULE.read_bytes()
+    pyz = build(tmp_path, source)
+    mine = "pyc/%s/memprove_mcp.pyc" % sys.implementation.cache_tag
+    spoiled = tmp_path / "spoiled.pyz"
+    with zipfile.ZipFile(str(pyz)) as original, zipfile.ZipFile(str(spoiled), "w") as copy:
+        for info in original.infolist():
+            data = original.read(info.filename)
+            copy.writestr(info, b"\0\0\r\n" + data[4:] if info.filename == mine else data)
+    assert mine in zipfile.ZipFile(str(spoiled)).namelist()
+    done = subprocess.run([sys.executable, "-v", str(spoiled), "--version"], cwd=str(tmp_path),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0
+    assert VERSION_LINE.match(done.stdout.decode().strip()).group(1) == sha256(source)[:12]
+    assert "/pyc/" not in imported_from(done)
 
 
 # --- failures and the command line -------------------------------------------
@@ -350,7 +422,7 @@ def test_main_returns_the_status(tmp_path):
     assert module.main(["--bogus"]) == 2
     assert module.DEFAULT_SOURCE == str(ROOT / "memprove_mcp.py")
     assert module.DEFAULT_OUTPUT == str(ROOT / "dist" / "memprove_mcp.pyz")
-    assert module.hash_based_pyc_entries(STAND_IN) == []
+    assert module.hash_based_pyc_entries(STAND_IN, []) == []
 
 
 # --- running the .pyz ---------------------------------------------------------

@@ -1932,10 +1932,11 @@ class DaemonClient:
                     connection.putheader("Content-Length", str(len(payload)))
                 connection.endheaders(payload)
                 response = connection.getresponse()
-                length = response.getheader("Content-Length")
-                if length is not None and length.strip().isdigit() and int(length) > MAX_BODY:
+                if response.length is not None and response.length > MAX_BODY:
                     raise Problem("daemon_error", "Its answer was too large.")
-                data = response.read(MAX_BODY + 1)
+                # With a length, read() raises on a body cut short (a lost
+                # answer, so a write is retried); read(n) would return it quietly.
+                data = response.read() if response.length is not None else response.read(MAX_BODY + 1)
             except socket.timeout:
                 raise LostAnswer("daemon_timeout")
             except (http.client.HTTPException, OSError):

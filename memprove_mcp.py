@@ -731,7 +731,7 @@ LABEL = {"type": "string", "pattern": "^r[1-9][0-9]*$"}
 
 # Where an agent finds the number an argument takes, for the "never a UUID" hint.
 NUMBER_SOURCES = {"task": "tasks", "numbers": "pack", "session": "begin",
-                  "parent_session": "begin", "abandoned": "context",
+                  "parent_session": "begin", "abandoned": "pack",
                   "reaffirm": "pack", "withdraw": "pack", "supersedes": "pack"}
 
 
@@ -972,7 +972,7 @@ def tool_begin(call, args):
     agent_name = fold(args.get("agent_name"))
     if len(agent_name) > 64:
         raise invalid("`agent_name` is longer than 64 characters.")
-    context, unreadable = call.context_or_error()
+    context = call.context_or_error()[0]   # begin starts afresh from an unreadable one
     task = context.get("task")
     if "task" not in args and new_task is None and not task:
         raise Problem("no_task")
@@ -1018,7 +1018,7 @@ def tool_begin(call, args):
     moved = []
 
     def change(current):
-        if current is None and unreadable:
+        if current is None:     # unreadable now, whether or not it was at the start
             moved.append(move_aside(call.root))
         fresh = current or {}
         fresh["version"] = 1

@@ -316,8 +316,8 @@ class Transport:
                 break
             started = time.monotonic()
             if oversized:
-                self.reply_error(ABSENT, -32600, "Invalid Request: the line is longer than 16 MiB")
                 self.log("-", ABSENT, ABSENT, "-", "-32600", started)
+                self.reply_error(ABSENT, -32600, "Invalid Request: the line is longer than 16 MiB")
                 continue
             if line.endswith(b"\n"):
                 line = line[:-1]
@@ -340,8 +340,8 @@ class Transport:
         try:
             message = json.loads(line.decode("utf-8"), parse_constant=reject_constant)
         except (ValueError, RecursionError):
-            self.reply_error(ABSENT, -32700, "Parse error: the line is not a JSON-RPC message in UTF-8 JSON")
             self.log("-", ABSENT, ABSENT, "-", "-32700", started)
+            self.reply_error(ABSENT, -32700, "Parse error: the line is not a JSON-RPC message in UTF-8 JSON")
             return
         try:
             handle_message(self, message, started)
@@ -351,8 +351,8 @@ class Transport:
             request_id = message.get("id", ABSENT) if isinstance(message, dict) else ABSENT
             if not is_valid_id(request_id):
                 request_id = ABSENT
-            self.reply_error(request_id, -32603, "Internal error")
             self.log("-", ABSENT, request_id, "-", "-32603", started)
+            self.reply_error(request_id, -32603, "Internal error")
 
     # -- writing ------------------------------------------------------------
 
@@ -418,12 +418,13 @@ class Transport:
             with self.flight_lock:
                 self.in_flight.pop(request_key(job["id"]), None)
                 cancelled = job["cancelled"]
+            # The log line goes first: a client may stop us as soon as it has its answer.
             if cancelled:
                 self.log(job["era"], job["method"], job["id"], job["tool"], "cancelled", job["started"])
             else:
-                self.reply(job["id"], outcome["result"])
                 self.log(job["era"], job["method"], job["id"], job["tool"], outcome["code"],
                          job["started"], outcome.get("warning"))
+                self.reply(job["id"], outcome["result"])
 
     def cancel(self, request_id):
         with self.flight_lock:
@@ -476,12 +477,12 @@ def record_internal_error(exc_info):
 
 def handle_message(transport, message, started):
     if isinstance(message, list):
-        transport.reply_error(ABSENT, -32600, "Invalid Request: batches are not supported")
         transport.log("-", ABSENT, ABSENT, "-", "-32600", started)
+        transport.reply_error(ABSENT, -32600, "Invalid Request: batches are not supported")
         return
     if not isinstance(message, dict):
-        transport.reply_error(ABSENT, -32600, "Invalid Request: a message is a JSON object")
         transport.log("-", ABSENT, ABSENT, "-", "-32600", started)
+        transport.reply_error(ABSENT, -32600, "Invalid Request: a message is a JSON object")
         return
     request_id = message.get("id", ABSENT)
     method = message.get("method", ABSENT)
@@ -489,8 +490,8 @@ def handle_message(transport, message, started):
     logged_method = method if isinstance(method, str) else ABSENT
 
     def invalid(reason):
-        transport.reply_error(echo_id, -32600, "Invalid Request: " + reason)
         transport.log("-", logged_method, echo_id, "-", "-32600", started)
+        transport.reply_error(echo_id, -32600, "Invalid Request: " + reason)
 
     if message.get("jsonrpc") != "2.0":
         return invalid('"jsonrpc" must be "2.0"')
@@ -548,17 +549,15 @@ def handle_request(transport, method, request_id, params, started):
         call.update(id=request_id, method=method, era=era, started=started, cancelled=False)
         transport.submit(call)
         return
+    # The log line goes first: a client may stop us as soon as it has its answer.
     if "error" in answer:
         error = answer["error"]
+        transport.log(era, method, request_id, tool_label(method, fields), str(error["code"]), started)
         transport.reply_error(request_id, error["code"], error["message"], error.get("data"))
-        outcome = str(error["code"])
     else:
+        transport.log(era, method, request_id, tool_label(method, fields), "ok", started)
         result = answer["result"]
-        if era == "modern":
-            result = modern_result(result)
-        transport.reply(request_id, result)
-        outcome = "ok"
-    transport.log(era, method, request_id, tool_label(method, fields), outcome, started)
+        transport.reply(request_id, modern_result(result) if era == "modern" else result)
 
 
 def error_answer(code, message, data=None):

@@ -1,0 +1,288 @@
+"""The interop tier's fixtures: the real clients, installed once into a cache outside the
+work tree, and a recorded exchange for each test.
+
+Every test here is marked `interop`, and runs only when asked for: `-m interop` (or any `-m`
+expression that names the mark), a path in tests/interop on the command line, or
+MEMPROVE_INTEROP=1.  A plain `pytest` deselects them.
+
+The clients install themselves, at the versions pinned below (the ones
+shared/research/real-clients.md tried), into MEMPROVE_INTEROP_CACHE (default
+~/.cache/memprove-mcp-interop), one folder per client keyed by its pins, under a lock so
+that two runs never race.  An install that fails (the registry unreachable, no node or
+npm) skips that client's tests with a loud reason on the terminal and in the summary; a
+client that installs and then fails fails its test.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+# -- pinned versions (real-clients.md) -------------------------------------------------
+PY_SDK_PINS = ("mcp==2.3.0", "mcp-types==2.3.0")
+PY_SDK_CONSTRAINTS = HERE / "requirements-py-sdk.txt"     # what they need, pinned too
+NPM_CLIENTS = {
+    "ts-sdk-v1": ("@modelcontextprotocol/sdk", "1.32.2"),
+    "ts-sdk-v2": ("@modelcontextprotocol/client", "2.4.0"),
+    "inspector": ("@modelcontextprotocol/inspector", "2.12.0"),
+    "claude-code": ("@anthropic-ai/claude-code", "2.1.332"),
+}
+INSTALL_TIMEOUT = 900
+
+_SKIPPED = []           # the loud reasons, repeated in the terminal summary
+_NPM_UNREACHABLE = []   # the client whose install found the npm registry unreachable
+
+
+class InteropClientMissing(UserWarning):
+    """A client could not be installed, so its interop tests were skipped."""
+
+
+# -- selection and marking --------------------------------------------------------------
+
+def _asked_for(config):
+    """-m names the mark, MEMPROVE_INTEROP=1, or a path given on the command line is in here."""
+    if "interop" in (config.getoption("markexpr", "") or "") or \
+            os.environ.get("MEMPROVE_INTEROP") == "1":
+        return True
+    base = Path(str(config.invocation_params.dir))
+    for arg in config.invocation_params.args:
+        if isinstance(arg, str) and not arg.startswith("-"):
+            path = (base / arg.split("::")[0]).resolve()
+            if path == HERE or HERE in path.parents:
+                return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    mine = {id(item) for item in items if HERE in Path(str(item.path)).resolve().parents}
+    for item in items:
+        if id(item) in mine:
+            item.add_marker(pytest.mark.interop)
+    if mine and not _asked_for(config):
+        config.hook.pytest_deselected(items=[item for item in items if id(item) in mine])
+        items[:] = [item for item in items if id(item) not in mine]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _SKIPPED:
+        terminalreporter.section("interop clients NOT verified", sep="!", red=True, bold=True)
+        for reason in _SKIPPED:
+            terminalreporter.write_line(reason, red=True, bold=True)
+
+
+def skip_loudly(config, client, reason):
+    """Skip a client whose install failed, saying so on the terminal, in the warnings
+    summary and in the final summary (also under CI=true: an unreachable registry is the
+    environment's doing, not the server's)."""
+    message = "INTEROP: %s could not be installed, so it was NOT tested: %s" % (client, reason)
+    if message not in _SKIPPED:
+        _SKIPPED.append(message)
+        reporter = config.pluginmanager.getplugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("")
+            reporter.write_line(message, red=True, bold=True)
+    warnings.warn(InteropClientMissing(message))
+    pytest.skip(message)
+
+
+# -- the cache --------------------------------------------------------------------------
+
+def cache_root():
+    root = os.environ.get("MEMPROVE_INTEROP_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "memprove-mcp-interop")
+    return Path(root).resolve()
+
+
+class InstallFailed(Exception):
+    def __init__(self, message, network=False):
+        Exception.__init__(self, message)
+        self.network = network
+
+
+# What an installer prints when it cannot reach its registry.
+NETWORK_TROUBLE = re.compile(
+    r"ECONNREFUSED|ENOTFOUND|ETIMEDOUT|EAI_AGAIN|ECONNRESET|ENETUNREACH|EHOSTUNREACH|"
+    r"Failed to establish a new connection|Temporary failure in name resolution|"
+    r"Name or service not known|Network is unreachable|Read timed out|ProxyError")
+
+
+def _run_install(argv, cwd, env, log):
+    with open(str(log), "ab") as out:
+        out.write(("\n$ %s\n" % " ".join(argv)).encode())
+        out.flush()
+        try:
+            done = subprocess.run(argv, cwd=str(cwd), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, timeout=INSTALL_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise InstallFailed("%s: %s (log: %s)" % (argv[0], error, log))
+    if done.returncode != 0:
+        text = log.read_text(errors="replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        trouble = [line for line in lines if NETWORK_TROUBLE.search(line)]
+        errors = [line for line in lines if re.match(r"(npm error|ERROR:)", line)]
+        said = (trouble or errors or lines or ["(no output)"])[0]
+        raise InstallFailed("`%s %s` exited %d: %s (log: %s)" % (
+            os.path.basename(argv[0]), " ".join(argv[1:3]), done.returncode, said[:300], log),
+            network=bool(trouble))
+
+
+def cached_install(name, key_material, install):
+    """The folder `<cache>/<name>-<key>`, made by install(folder, log) unless a complete one
+    is there; one install at a time per folder (a lock file beside it)."""
+    key = hashlib.sha256(json.dumps(key_material, sort_keys=True).encode()).hexdigest()[:12]
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    folder = root / ("%s-%s" % (name, key))
+    marker = folder / ".memprove-interop-complete"
+    with open(str(root / ("%s-%s.lock" % (name, key))), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return folder
+        if folder.exists():
+            shutil.rmtree(str(folder))
+        folder.mkdir(parents=True)
+        log = folder / "install.log"
+        started = time.monotonic()
+        install(folder, log)
+        marker.write_text(json.dumps({"key": key_material,
+                                      "seconds": round(time.monotonic() - started, 1)}))
+        return folder
+
+
+def _npm_env():
+    env = dict(os.environ)
+    env.update(npm_config_update_notifier="false", npm_config_fund="false",
+               npm_config_audit="false", NO_UPDATE_NOTIFIER="1")
+    return env
+
+
+def install_npm_client(config, client):
+    """The node project folder holding `client`'s pinned package, or a loud skip."""
+    package, version = NPM_CLIENTS[client]
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        skip_loudly(config, client, "node and npm are needed to install %s@%s" % (package, version))
+
+    def install(folder, log):
+        (folder / "package.json").write_text(json.dumps({
+            "name": "memprove-interop-" + client, "version": "0.0.0", "private": True,
+            "description": "installed by tests/interop of memprove-mcp",
+            "dependencies": {package: version}}, indent=2))
+        _run_install([npm, "install", "--no-audit", "--no-fund"], folder, _npm_env(), log)
+        meta = folder / "node_modules" / package / "package.json"
+        if not meta.exists() or json.loads(meta.read_text()).get("version") != version:
+            raise InstallFailed("%s@%s is not in node_modules after npm install" % (
+                package, version))
+
+    if _NPM_UNREACHABLE:
+        skip_loudly(config, client, "%s@%s: not tried, the npm registry was unreachable for %s" % (
+            package, version, _NPM_UNREACHABLE[0]))
+    try:
+        return cached_install(client, {"package": package, "version": version,
+                                       "platform": sys.platform, "machine": platform.machine()},
+                              install)
+    except InstallFailed as error:
+        if error.network:
+            _NPM_UNREACHABLE.append(client)
+        skip_loudly(config, client, "%s@%s: %s" % (package, version, error))
+
+
+def node_script(project, script):
+    """A copy of clients/<script> inside the node project, so that its imports resolve
+    from that project's node_modules."""
+    source = (HERE / "clients" / script).read_bytes()
+    target = project / "memprove-interop" / ("%s-%s%s" % (
+        Path(script).stem, hashlib.sha256(source).hexdigest()[:12], Path(script).suffix))
+    if not target.exists():
+        target.parent.mkdir(exist_ok=True)
+        partial = target.with_name(target.name + ".%d.partial" % os.getpid())
+        partial.write_bytes(source)
+        os.replace(str(partial), str(target))
+    return target
+
+
+# -- the clients -------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def py_sdk(request):
+    """The python of a virtual environment with the pinned `mcp`, made with this python3."""
+    if sys.version_info < (3, 10):
+        skip_loudly(request.config, "python-sdk",
+                    "mcp 2.x needs Python 3.10 or later; this is %s" % platform.python_version())
+    constraints = PY_SDK_CONSTRAINTS.read_text()
+
+    def install(folder, log):
+        venv = folder / "venv"
+        _run_install([sys.executable, "-m", "venv", str(venv)], folder, dict(os.environ), log)
+        python = venv / "bin" / "python"
+        (folder / "constraints.txt").write_text(constraints)
+        _run_install([str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                      "--no-input", "--quiet", "-c", str(folder / "constraints.txt")]
+                     + list(PY_SDK_PINS), folder, dict(os.environ), log)
+        check = subprocess.run([str(python), "-c", "import importlib.metadata as m, mcp; "
+                                "print(m.version('mcp'))"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=120)
+        if check.stdout.decode().strip() != PY_SDK_PINS[0].split("==")[1]:
+            raise InstallFailed("mcp does not import after pip install: %r" % check.stdout[-300:])
+
+    try:
+        folder = cached_install("python-sdk", {"pins": PY_SDK_PINS, "constraints": constraints,
+                                               "python": sys.version, "exe": sys.executable},
+                                install)
+    except InstallFailed as error:
+        skip_loudly(request.config, "python-sdk", "%s: %s" % (" ".join(PY_SDK_PINS), error))
+    return folder / "venv" / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def ts_sdk_v1(request):
+    return install_npm_client(request.config, "ts-sdk-v1")
+
+
+@pytest.fixture(scope="session")
+def ts_sdk_v2(request):
+    return install_npm_client(request.config, "ts-sdk-v2")
+
+
+@pytest.fixture(scope="session")
+def inspector(request):
+    return install_npm_client(request.config, "inspector")
+
+
+@pytest.fixture(scope="session")
+def claude_code(request):
+    return install_npm_client(request.config, "claude-code")
+
+
+# -- one test's world --------------------------------------------------------------------
+
+@pytest.fixture
+def check_wire(config, server_version):
+    """check_wire(connection) -> support.check_connection with this test's token as the
+    secret and the .pyz's version as the serverInfo version."""
+    from interop.support import check_connection
+
+    def check(conn):
+        return check_connection(conn, secrets=[config.token], server_version=server_version)
+    return check
+
+
+@pytest.fixture
+def wire_log(tmp_path):
+    """The folder the tee records this test's connections in."""
+    path = tmp_path / "wire"
+    path.mkdir()
+    return path

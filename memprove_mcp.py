@@ -232,7 +232,14 @@ def serve(options):
     install_signal_handlers()
     transport = Transport(options)
     transport.run(sys.stdin.buffer)
-    return 0
+    # Every answer was flushed as it was written; leave without the interpreter's
+    # own final flush, which exits 120 when the client has closed standard error.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def install_signal_handlers():
@@ -773,7 +780,7 @@ def validate(schema, value, name=None):
             raise invalid("%s is longer than %d characters." % (where, schema["maxLength"]))
         if len(value) < schema.get("minLength", 0):
             raise invalid("%s must not be empty." % where)
-        if "pattern" in schema and not re.search(schema["pattern"], value):
+        if "pattern" in schema and not matches_whole(schema["pattern"], value):
             raise invalid("%s must match %s." % (where, schema["pattern"]))
     elif "boolean" in kinds:
         if not isinstance(value, bool):
@@ -792,6 +799,12 @@ def validate(schema, value, name=None):
     if "enum" in schema and value not in schema["enum"]:
         raise invalid("%s must be one of: %s." % (where, ", ".join(map(str, schema["enum"]))))
     return value
+
+
+def matches_whole(pattern, value):
+    # In JSON Schema (ECMA-262) `$` ends the string; Python's also matches before a final newline.
+    found = re.search(pattern, value)
+    return found is not None and found.end() == len(value)
 
 
 def validate_object(schema, value, name):
@@ -1609,9 +1622,8 @@ def read_token(environ, config_dir):
 
 def read_token_file(path):
     try:
-        with open(path, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            first = handle.read(65536).split(b"\n", 1)[0]
+        data, mode = read_regular(path, 65536)
+        first = data.split(b"\n", 1)[0]
     except (OSError, ValueError):
         raise Problem("token_missing", "The token file cannot be read.")
     token = first.decode("utf-8", "replace").strip()
@@ -1625,8 +1637,8 @@ def data_directory(environ, config_dir):
     if environ.get("MEMPROVE_DATA_DIR"):
         return os.path.abspath(os.path.expanduser(environ["MEMPROVE_DATA_DIR"])), "MEMPROVE_DATA_DIR"
     try:
-        with open(os.path.join(config_dir, "data-dir"), "rb") as handle:
-            line = handle.read(65536).decode("utf-8", "replace").strip().split("\n")[0].strip()
+        data = read_regular(os.path.join(config_dir, "data-dir"), 65536)[0]
+        line = data.decode("utf-8", "replace").strip().split("\n")[0].strip()
     except (OSError, ValueError):
         raise Problem("data_dir_missing")
     if not line:
@@ -1636,8 +1648,8 @@ def data_directory(environ, config_dir):
 
 def read_daemon_url(data_dir):
     try:
-        with open(os.path.join(data_dir, "daemon.json"), "rb") as handle:
-            record = json.loads(handle.read(65536).decode("utf-8"))
+        record = json.loads(read_regular(os.path.join(data_dir, "daemon.json"), 65536)[0]
+                            .decode("utf-8"))
     except (OSError, ValueError):
         raise Problem("daemon_unavailable")
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
@@ -1693,13 +1705,24 @@ def find_workspace(environ):
 # 9. Context files
 # ---------------------------------------------------------------------------
 
+def read_regular(path, limit):
+    """Up to `limit` bytes of a regular file.  Raises OSError for anything else:
+    a FIFO or a device where a file belongs must not block or flood a call."""
+    import stat
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise IsADirectoryError(path) if stat.S_ISDIR(status.st_mode) else OSError(path)
+        return handle.read(limit), status.st_mode
+
+
 def read_context(root):
     """Return (context, error): an empty context when the file is missing,
     and ({}, "context_unreadable") when it is not a version-1 context."""
     path = os.path.join(root, ".memprove", "context.json")
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONTEXT_FILE + 1)
+        data = read_regular(path, MAX_CONTEXT_FILE + 1)[0]
     except FileNotFoundError:
         return {"version": 1, "task": None, "session": None}, None
     except (OSError, ValueError):
@@ -1742,8 +1765,7 @@ def read_runs(root):
     """The runs `memprove run` recorded, in file order; torn lines skipped."""
     path = os.path.join(root, ".memprove", "runs.jsonl")
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = read_regular(path, -1)[0]
     except (OSError, ValueError):
         return []
     runs = []
@@ -1752,7 +1774,8 @@ def read_runs(root):
             run = json.loads(line.decode("utf-8"), parse_constant=reject_constant)
         except (ValueError, RecursionError):
             continue
-        if isinstance(run, dict) and isinstance(run.get("label"), str):
+        if isinstance(run, dict) and isinstance(run.get("label"), str) and \
+                isinstance(run.get("id", ""), str):
             runs.append(run)
     return runs
 
@@ -1844,8 +1867,11 @@ def unlock(handle):
 def move_aside(root):
     """Rename an unreadable context.json out of the way; return the new name."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    name = "context.json.corrupt-" + stamp
     directory = os.path.join(root, ".memprove")
+    name, count = "context.json.corrupt-" + stamp, 1
+    while os.path.lexists(os.path.join(directory, name)):   # never lose an earlier copy
+        count += 1
+        name = "context.json.corrupt-%s-%d" % (stamp, count)
     os.replace(os.path.join(directory, "context.json"), os.path.join(directory, name))
     return name
 
@@ -2032,6 +2058,8 @@ def cap_line(line):
     """(line, False) when it fits in LINE_CAP units; else the cut line and True."""
     if len(line) <= LINE_CAP // 2 or utf16_len(line) <= LINE_CAP:
         return line, False
+    if utf16_len(line) == len(line):      # no astral character: units are characters
+        return line[:LINE_CAP - 1] + "\u2026", True
     units = 0
     for index, char in enumerate(line):
         units += 2 if char > "\uffff" else 1

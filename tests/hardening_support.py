@@ -1,0 +1,668 @@
+"""Shared helpers of the hardening suite (issue 5): sizes, figures, the guards that
+scan every captured stream, an oracle for the wire, the ledger as the test sees it.
+
+Sizes come from the environment so that CI stays within its time and a longer
+run is one variable away:
+
+    MEMPROVE_FUZZ_EXAMPLES   hypothesis examples per wire-fuzz test and interpreter
+                             (raw-byte cases: ten times as many), and per tool in
+                             the tool fuzz                           (CI default 300)
+    MEMPROVE_FAULT_ROUNDS    daemon faults to inject on writes        (CI default 1000)
+    MEMPROVE_SOAK_CALLS      tool calls in the soak's one process     (CI default 10000)
+    MEMPROVE_RELIABILITY_REPORT  a file that gets one JSON line of figures per test
+
+Every figure a test measures is printed (`pytest -s` or `-rA` shows it) and, when
+MEMPROVE_RELIABILITY_REPORT is set, appended there as one JSON line.
+"""
+
+import json
+import os
+import re
+import socket
+import sqlite3
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import PROBLEM_CODES, SAFETY_TIMEOUT
+
+CI = os.environ.get("CI") == "true"
+
+
+def _size(name, default):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    value = int(raw)
+    if value < 1:
+        raise ValueError("%s must be a positive integer" % name)
+    return value
+
+
+FUZZ_EXAMPLES = _size("MEMPROVE_FUZZ_EXAMPLES", 300)
+FAULT_ROUNDS = _size("MEMPROVE_FAULT_ROUNDS", 1000)
+SOAK_CALLS = _size("MEMPROVE_SOAK_CALLS", 10000)
+
+MAX_LINE = 16 * 1024 * 1024          # protocol.md: a line over 16 MiB is refused
+TIMEOUT = "0.5"                      # MEMPROVE_TIMEOUT for servers that meet faults
+
+
+def skip_or_fail(reason, module_level=False):
+    """A missing prerequisite: skipped, or failed under CI=true (never skipped silently)."""
+    if CI:
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason, allow_module_level=module_level)
+
+
+def needs_proc():
+    if not os.path.exists("/proc/self/status"):
+        skip_or_fail("needs /proc to measure a process")
+
+
+def hypothesis_or_fail():
+    import importlib.util
+    if importlib.util.find_spec("hypothesis") is None:
+        skip_or_fail("hypothesis is not installed (pip install hypothesis)", module_level=True)
+
+
+# ---------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------
+
+def report(test, **figures):
+    """Print the figures of a test and append them as one JSON line to
+    MEMPROVE_RELIABILITY_REPORT when it is set."""
+    record = {"test": test}
+    record.update(figures)
+    line = json.dumps(record, sort_keys=False)
+    print("\nRELIABILITY " + line)
+    path = os.environ.get("MEMPROVE_RELIABILITY_REPORT")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+    return record
+
+
+def proc_stats(pid):
+    """{"rss_kib", "fds", "threads"} of a live process, from /proc."""
+    stats = {}
+    with open("/proc/%d/status" % pid) as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                stats["rss_kib"] = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                stats["threads"] = int(line.split()[1])
+    stats["fds"] = len(os.listdir("/proc/%d/fd" % pid))
+    return stats
+
+
+# ---------------------------------------------------------------------------
+# Guards: the MCP internal-error log and the daemon's view of the token
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def mcp_log(tmp_path):
+    """A MEMPROVE_MCP_LOG path; the server appends a traceback (frames only) there
+    for every internal_error.  Checked after the test: it must not exist."""
+    return tmp_path / "mcp-internal-errors.log"
+
+
+@pytest.fixture(autouse=True)
+def no_internal_error(mcp_log, planted):
+    """Every hardening test: no server wrote a traceback (an internal_error), and if one
+    did, it carries no planted value."""
+    yield
+    if mcp_log.exists():
+        text = mcp_log.read_text("utf-8", "replace")
+        for secret in planted:
+            assert secret not in text, "a planted value is in the MCP log"
+        pytest.fail("the server recorded an internal_error (a traceback):\n" + text[:4000])
+
+
+class TokenWatch:
+    """Wraps a ledgerd.Daemon so that every request it receives is checked as it
+    arrives: the token only in `Authorization: Bearer <token>`, never in the path, the
+    query, the body or another header; no planted value in a header."""
+
+    def __init__(self, daemon, tokens, planted):
+        self.daemon = daemon
+        self.tokens = set(tokens)
+        self.planted = planted
+        self.problems = []
+        self.seen = 0
+        self.authorized = Counter()
+        original = daemon._arrive
+
+        def arrive(entry):
+            self.inspect(entry)
+            return original(entry)
+
+        daemon._arrive = arrive
+
+    def inspect(self, entry):
+        self.seen += 1
+        headers = dict(entry.get("headers") or {})
+        auth = headers.pop("authorization", "")
+        if auth.startswith("Bearer "):
+            self.authorized[auth[len("Bearer "):]] += 1
+        elsewhere = json.dumps([entry.get("path"), entry.get("query"), entry.get("body"), headers],
+                               ensure_ascii=False)
+        for token in self.tokens:
+            if token in elsewhere:
+                self.problems.append("the token was sent outside the Authorization header: %s %s"
+                                     % (entry.get("method"), entry.get("op")))
+        for value in self.planted:
+            if value in json.dumps(headers, ensure_ascii=False):
+                self.problems.append("a planted value is in a request header")
+
+    def check(self):
+        assert not self.problems, self.problems[:5]
+
+
+# ---------------------------------------------------------------------------
+# A listener that records every connection (a would-be proxy or redirect target)
+# ---------------------------------------------------------------------------
+
+class Spy:
+    """A TCP listener on `host` that accepts and records every connection and the
+    first bytes sent on it, then closes it."""
+
+    def __init__(self, host="127.0.0.1"):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, 0))
+        self.sock.listen(16)
+        self.host = host
+        self.port = self.sock.getsockname()[1]
+        self.received = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self._stop:
+                conn.close()
+                return
+            conn.settimeout(2.0)
+            try:
+                data = conn.recv(65536)
+            except OSError:
+                data = b""
+            self.received.append(data)
+            conn.close()
+
+    @property
+    def url(self):
+        host = "[%s]" % self.host if ":" in self.host else self.host
+        return "http://%s:%d" % (host, self.port)
+
+    def close(self):
+        self._stop = True
+        try:
+            # Wake accept() so that the thread ends.
+            socket.create_connection((self.host, self.port), timeout=1).close()
+        except OSError:
+            pass
+        self.sock.close()
+        self._thread.join(5)
+
+
+def non_loopback_address():
+    """An IPv4 address of this machine that is not loopback, or None."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))      # no packet is sent for a UDP connect
+        address = probe.getsockname()[0]
+    except OSError:
+        address = None
+    finally:
+        probe.close()
+    if not address or address.startswith("127.") or address == "0.0.0.0":
+        return None
+    try:
+        socket.socket().bind((address, 0))
+    except OSError:
+        return None
+    return address
+
+
+# ---------------------------------------------------------------------------
+# Tool results
+# ---------------------------------------------------------------------------
+
+PROBLEM_TEXT = re.compile(r"([a-z][a-z0-9_]*): ")
+
+
+def outcome_of(response, era=None):
+    """'ok' and the structuredContent, or the Problem code and the error text, of a
+    tools/call response; fails on a JSON-RPC error or a malformed result."""
+    assert "error" not in response, "a JSON-RPC error for a tools/call: %r" % (response,)
+    result = response["result"]
+    assert isinstance(result.get("content"), list) and len(result["content"]) == 1, result
+    content = result["content"][0]
+    assert content.get("type") == "text" and isinstance(content.get("text"), str), result
+    if era == "modern":
+        assert result.get("resultType") == "complete", result
+    elif era == "legacy":
+        assert "resultType" not in result and "_meta" not in result, result
+    if result.get("isError") is True:
+        text = content["text"]
+        match = PROBLEM_TEXT.match(text)
+        assert match, "an error text without a Problem code: %r" % text[:200]
+        code = match.group(1)
+        assert "structuredContent" not in result, result
+        assert "Traceback" not in text, text
+        return code, text
+    assert result.get("isError") is False, result
+    structured = result["structuredContent"]
+    assert isinstance(structured, dict) and list(structured)[:2] == ["task_id", "session_id"], result
+    return "ok", structured
+
+
+# ---------------------------------------------------------------------------
+# The wire oracle: what protocol.md makes the server answer to a chunk of bytes
+# ---------------------------------------------------------------------------
+
+def _reject_constant(name):
+    raise ValueError(name)
+
+
+def split_lines(data):
+    """The server's framing: lines ending in \\n (the last one may lack it at EOF
+    only), a trailing \\r dropped, blank lines skipped.  Returns the raw lines."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for line in lines:
+        if len(line) > MAX_LINE:
+            out.append(line)
+            continue
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if line.strip():
+            out.append(line)
+    return out
+
+
+def id_key(value):
+    return (type(value).__name__, value)
+
+
+def valid_id(value):
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+class Expectation:
+    """What a chunk of complete lines must produce.
+
+    must: Counter of id keys that get exactly that many responses (any result or
+    error, but never -32603 or -32700); maybe: id keys that may get one (a tools/call
+    cancelled in the same chunk); noid: the number of error responses without id
+    (-32700 or -32600, never anything else)."""
+
+    def __init__(self):
+        self.must = Counter()
+        self.maybe = set()
+        self.noid = 0
+        self.calls = set()       # id keys of tools/call requests
+        self.messages = 0        # non-blank lines (messages, as the log counts them)
+
+    def add_line(self, line):
+        self.messages += 1
+        if len(line) > MAX_LINE:
+            self.noid += 1
+            return
+        try:
+            message = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            self.noid += 1
+            return
+        self.add_message(message)
+
+    def add_message(self, message):
+        if not isinstance(message, dict):
+            self.noid += 1                     # batch or not an object: -32600
+            return
+        has_id = "id" in message
+        request_id = message.get("id")
+        echo = has_id and valid_id(request_id)
+        if message.get("jsonrpc") != "2.0":
+            self._answer(echo, request_id)
+            return
+        if "method" not in message:
+            if has_id and ("result" in message or "error" in message):
+                return                         # a client's response: ignored
+            self._answer(echo, request_id)
+            return
+        if not isinstance(message["method"], str):
+            self._answer(echo, request_id)
+            return
+        if not has_id:
+            params = message.get("params")
+            if message["method"] == "notifications/cancelled" and isinstance(params, dict):
+                target = params.get("requestId")
+                if valid_id(target) and id_key(target) in self.calls:
+                    self.maybe.add(id_key(target))
+            return                             # a notification: never answered
+        if not echo:
+            self.noid += 1
+            return
+        key = id_key(request_id)
+        self.must[key] += 1
+        if message["method"] == "tools/call":
+            self.calls.add(key)
+
+    def _answer(self, echo, request_id):
+        if echo:
+            self.must[id_key(request_id)] += 1
+        else:
+            self.noid += 1
+
+    def settle(self):
+        for key in self.maybe:
+            self.must.pop(key, None)
+
+
+def take_noid(server):
+    """Remove and return the id-less messages the server's stash holds."""
+    found = [m for m in server._stash if "id" not in m]
+    server._stash[:] = [m for m in server._stash if "id" in m]
+    return found
+
+
+def claim_response(server, key, timeout=SAFETY_TIMEOUT):
+    """The next response whose id has this key (type name, value)."""
+    kind, value = key
+    for index, message in enumerate(server._stash):
+        if "id" in message and id_key(message["id"]) == key:
+            return server._stash.pop(index)
+    deadline = time.monotonic() + timeout
+    while True:
+        message = server._pull(max(0.01, deadline - time.monotonic()))
+        if "id" in message and id_key(message["id"]) == key:
+            return message
+        server._stash.append(message)
+
+
+def check_wire_response(message):
+    """No response to anything is -32603 or has a traceback; a tool result's error
+    text begins with a Problem code that is not internal_error."""
+    assert "unparseable" not in message, message
+    if "error" in message:
+        code = message["error"]["code"]
+        assert code in (-32700, -32600, -32601, -32602, -32022), message
+        assert "Traceback" not in message["error"]["message"], message
+        if "id" not in message:
+            assert code in (-32700, -32600), message
+        return
+    result = message["result"]
+    if isinstance(result, dict) and "content" in result and "isError" in result:
+        if result["isError"]:
+            text = result["content"][0]["text"]
+            match = PROBLEM_TEXT.match(text)
+            assert match and match.group(1) in PROBLEM_CODES, text[:200]
+            assert match.group(1) != "internal_error", text[:200]
+
+
+# ---------------------------------------------------------------------------
+# The ledger, read by the test straight from the daemon's SQLite file
+# ---------------------------------------------------------------------------
+
+class LedgerView:
+    """Read-only queries on ledger.sqlite3 (WAL: readers never block the daemon)."""
+
+    def __init__(self, db_path):
+        self.conn = sqlite3.connect("file:%s?mode=ro" % db_path, uri=True,
+                                    check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+
+    def close(self):
+        self.conn.close()
+
+    def entries(self):
+        return [(row["op"], json.loads(row["data"]))
+                for row in self.conn.execute("SELECT op, data FROM ledger ORDER BY pos")]
+
+    def rows(self, sql, *args):
+        return self.conn.execute(sql, args).fetchall()
+
+    def claim_texts(self):
+        return Counter(row["text"] for row in self.rows("SELECT text FROM claims"))
+
+    def task_titles(self):
+        return Counter(row["title"] for row in self.rows("SELECT title FROM tasks"))
+
+    def session_agents(self):
+        return Counter(row["agent_name"] for row in self.rows("SELECT agent_name FROM sessions"))
+
+
+def duplicate_entries(entries):
+    """Ledger entries that record the same write twice: the same claim text created
+    twice, the same task title, the same session agent name, a Session ended twice, the
+    same transition of a Task twice.  (The tests make every such value unique.)"""
+    seen, duplicates = Counter(), []
+    for op, data in entries:
+        if op == "createCheckpoint":
+            keys = [("claim", claim["text"]) for claim in data["claims"]]
+        elif op == "proposeDecision":
+            keys = [("claim", data["text"])]
+        elif op == "createTask":
+            keys = [("task", data["title"])]
+        elif op == "createSession":
+            keys = [("session", data["agent"]["name"])]
+        elif op == "endSession":
+            keys = [("end", data["session_id"])]
+        elif op == "transitionTask":
+            keys = [("transition", data["task_id"], data["from"], data["to"])]
+        elif op == "resolveWorkspace":
+            keys = [("workspace", data["root"])]
+        else:
+            keys = [(op, json.dumps(data, sort_keys=True))]
+        for key in keys:
+            seen[key] += 1
+            if seen[key] == 2:
+                duplicates.append(key)
+    return duplicates
+
+
+def read_json(path):
+    with open(str(path), "rb") as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+def files_under(root):
+    return sorted(str(p.relative_to(root)) for p in Path(root).rglob("*"))
+
+
+# ---------------------------------------------------------------------------
+# Starting servers with the guards in place
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def hserve(start_server, mcp_log):
+    """hserve(python=None, env=None, cwd=None, config=None, timeout=None, args=()) -> Server
+    with MEMPROVE_MCP_LOG set (see no_internal_error) and, given a config, its directory."""
+    def start(python=None, env=None, cwd=None, config=None, timeout=None, args=()):
+        extra = {"MEMPROVE_MCP_LOG": str(mcp_log)}
+        if config is not None:
+            extra.update(config.env())
+        if timeout is not None:
+            extra["MEMPROVE_TIMEOUT"] = str(timeout)
+        extra.update(env or {})
+        return start_server(python=python, env=extra, cwd=cwd, args=args)
+    return start
+
+
+# ---------------------------------------------------------------------------
+# A fake daemon whose every answer the test chooses
+# ---------------------------------------------------------------------------
+
+class FakeDaemon:
+    """HTTP on 127.0.0.1 answering every request with answer(request) ->
+    (status, headers dict, body bytes); records each request as
+    {"method", "path", "headers", "body"}.  write_daemon_json(data_dir) points a
+    server at it."""
+
+    def __init__(self, answer):
+        import http.server
+
+        fake = self
+        self.answer = answer
+        self.requests = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args):
+                pass
+
+            def _serve(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                request = {"method": self.command, "path": self.path,
+                           "headers": dict((k.lower(), v) for k, v in self.headers.items()),
+                           "body": body}
+                fake.requests.append(request)
+                status, headers, payload = fake.answer(request)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _serve
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def write_daemon_json(self, data_dir):
+        Path(data_dir, "daemon.json").write_text(json.dumps({"url": self.url, "pid": os.getpid()}))
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+class RawDaemon:
+    """A loopback TCP server for answers http.server cannot give: for each connection it
+    reads the request (headers and Content-Length body), then calls answer(conn) in the
+    connection's thread, which writes whatever bytes it likes (and may sleep)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.requests = 0
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn):
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                piece = conn.recv(65536)
+                if not piece:
+                    return
+                data += piece
+            head, _, body = data.partition(b"\r\n\r\n")
+            match = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            length = int(match.group(1)) if match else 0
+            while len(body) < length:
+                piece = conn.recv(65536)
+                if not piece:
+                    return
+                body += piece
+            self.requests += 1
+            self.answer(conn)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def write_daemon_json(self, data_dir):
+        Path(data_dir, "daemon.json").write_text(json.dumps({"url": self.url, "pid": os.getpid()}))
+
+    def close(self):
+        self._stop = True
+        try:
+            # Wake accept() so that the thread ends.
+            socket.create_connection(self.sock.getsockname(), timeout=1).close()
+        except OSError:
+            pass
+        self.sock.close()
+        self._thread.join(5)
+
+
+# ---------------------------------------------------------------------------
+# The Reliability figures, from a MEMPROVE_RELIABILITY_REPORT file
+# ---------------------------------------------------------------------------
+
+_VERSIONS = {}
+
+
+def python_version(executable):
+    """"3.11.7" for an interpreter's path (asked once per path)."""
+    if executable not in _VERSIONS:
+        import subprocess
+        done = subprocess.run([executable, "-c", "import platform; print(platform.python_version())"],
+                              stdout=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
+        _VERSIONS[executable] = done.stdout.decode().strip()
+    return _VERSIONS[executable]
+
+
+def summarize(lines):
+    """The README's figures from the report's JSON lines."""
+    records = [json.loads(line) for line in lines if line.strip()]
+    by_test = {}
+    for record in records:
+        by_test.setdefault(record["test"], []).append(record)
+    wire = [r for r in records if r["test"].startswith("wire_")]
+    summary = {
+        "wire_messages_fuzzed": sum(r["messages"] for r in wire),
+        "interpreters": sorted(set(r["python"] for r in wire), key=lambda v: [int(p) for p in v.split(".")]),
+        "tool_calls_fuzzed": sum(r["calls"] for r in by_test.get("tool_fuzz", [])),
+        "faults_injected_on_writes": sum(r["faults_injected"] for r in by_test.get("write_faults", [])),
+        "faults_injected_on_reads": sum(r["faults_injected"] for r in by_test.get("read_faults", [])),
+        "writes_lost": sum(r["writes_lost"] for r in by_test.get("write_faults", []) + by_test.get("daemon_killed", [])),
+        "writes_duplicated": sum(r["writes_duplicated"] for r in by_test.get("write_faults", []) + by_test.get("daemon_killed", [])),
+    }
+    for soak in by_test.get("soak", []):
+        summary.update(soak_calls=soak["calls"], soak_rss_growth_kib=soak["rss_growth_kib"],
+                       soak_fds_leaked=soak["fds_after"] - soak["fds_before"],
+                       soak_threads_leaked=max(0, soak["threads_after"] - soak["threads_before"]))
+    return summary
+
+
+if __name__ == "__main__":
+    import sys as _sys
+    with open(_sys.argv[1], encoding="utf-8") as _handle:
+        print(json.dumps(summarize(_handle), indent=2))

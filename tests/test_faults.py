@@ -1,0 +1,518 @@
+"""Daemon faults while tool calls run (issue 5, item 3), against the built .pyz and
+the reference daemon's fault injection.
+
+- Reads: every fault gives its Problem code (`daemon_timeout` past MEMPROVE_TIMEOUT,
+  `daemon_error` for the rest), a read is sent exactly once (never retried), and the
+  server goes on serving the calls beside it.
+- Writes: MEMPROVE_FAULT_ROUNDS faults (1,000 in CI) injected on the write operations
+  of all five write tools, one long-lived server, a fault per call.  After every call
+  the outcome is the one contract.md §3 implies (a lost answer is retried once with the
+  same Idempotency-Key and body), and the context file names exactly what the
+  successful calls made; at the end the ledger holds each write exactly once or not at
+  all (lost: 0, duplicated: 0) and its hash chain verifies.
+- The daemon down, restarted on another port (a new daemon.json), and killed outright
+  while writes are in flight.
+"""
+
+import json
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import SAFETY_TIMEOUT, TESTS
+from hardening_support import (FAULT_ROUNDS, LedgerView, RawDaemon, TokenWatch, duplicate_entries,
+                               hserve, mcp_log, no_internal_error, outcome_of, read_json,
+                               report)
+
+__all__ = ["hserve", "mcp_log", "no_internal_error"]
+
+import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
+
+TIMEOUT = 0.5          # MEMPROVE_TIMEOUT of these servers
+DELAY = 0.8            # a "slow" daemon: past one timeout, within two
+SEED = 5
+
+READ_FAULTS = {
+    "delay": "daemon_timeout", "status500": "daemon_error", "garbage": "daemon_error",
+    "truncated": "daemon_error", "drop_before": "daemon_error", "drop_after": "daemon_error",
+    "huge": "daemon_error", "redirect": "daemon_error",
+}
+
+
+def expect_write(fault, count):
+    """(Problem code or None for "the call goes on", requests of the operation, executed)
+    for `count` injections of `fault` on one write operation (contract.md §3: a write
+    whose answer was lost is retried once with the same key)."""
+    if fault in ("status500", "garbage", "huge", "redirect"):
+        return "daemon_error", 1, 0           # answered, not executed, not retried
+    if fault == "drop_before":
+        return (None, 2, 1) if count == 1 else ("daemon_error", 2, 0)
+    if fault in ("drop_after", "truncated"):
+        return (None, 2, 1) if count == 1 else ("daemon_error", 2, 1)
+    if fault == "delay":
+        return (None, 2, 1) if count == 1 else ("daemon_timeout", 2, 1)
+    raise AssertionError(fault)
+
+
+def inject(daemon, fault, op, count):
+    daemon.inject(fault, op=op, count=count, seconds=DELAY if fault == "delay" else None)
+
+
+@pytest.fixture
+def watched(daemon, config, planted):
+    watch = TokenWatch(daemon, [config.token], planted)
+    yield daemon
+    watch.check()
+
+
+def call(server, tool, args, era="legacy", request_id=None):
+    response = server.call(tool, args, era=era, id=request_id or server.new_id())
+    return outcome_of(response, era)
+
+
+# =============================================================================
+# Reads
+# =============================================================================
+
+READ_CALLS = [("tasks", {}, "listTasks"), ("pack", {}, "getTaskCapsule"),
+              ("claims", {"numbers": [1]}, "getTaskCapsule"), ("pack", {"task": 1}, "listTasks"),
+              ("ledger_verify", {}, "verifyLedger")]
+
+
+def test_read_faults_give_their_code_and_are_never_retried(hserve, config, watched, workspace):
+    daemon = watched
+    server = hserve(config=config, timeout=TIMEOUT)
+    server.initialize()
+    assert call(server, "begin", {"new_task": "Reads under faults"})[0] == "ok"
+    faults = Counter()
+    for era in ("legacy", "modern"):
+        for tool, args, op in READ_CALLS:
+            for fault, code in sorted(READ_FAULTS.items()):
+                daemon.clear_ops()
+                inject(daemon, fault, op, 1)
+                # The faulted call runs beside a local call and a ping.
+                faulted = server.call_params(tool, args, era=era)
+                server.send(server.request_message("tools/call", faulted, id="faulted"))
+                server.send(server.request_message("tools/call", server.call_params("context", {}),
+                                                   id="beside"))
+                server.send(server.request_message("ping", id="ping"))
+                assert server.response("ping")["result"] == {}
+                assert outcome_of(server.response("beside"))[0] == "ok"
+                got, text = outcome_of(server.response("faulted"), era)
+                assert got == code, (tool, op, fault, text)
+                sent = [entry for entry in daemon.ops if entry["op"] == op]
+                assert len(sent) == 1, "%s was sent %d times under %s" % (op, len(sent), fault)
+                faults[fault] += 1
+                # And the next call is served as usual.
+                assert call(server, tool, args, era)[0] == "ok"
+    assert server.close() == 0
+    report("read_faults", faults_injected=sum(faults.values()), by_fault=dict(faults),
+           retries_of_reads=0)
+
+
+# =============================================================================
+# Writes: >= 1,000 injected faults, exactly once or not at all
+# =============================================================================
+
+class WriteRounds:
+    """Drives the write tools through cycles (begin, checkpoints, decisions, complete,
+    end), injecting one fault per call, and keeps the model of what must exist."""
+
+    BEGIN_OPS = ("resolveWorkspace", "createTask", "createSession", "transitionTask")
+    KINDS = ["status500", "garbage", "huge", "redirect", "drop_before", "drop_after",
+             "truncated"] * 10 + ["delay"]
+
+    def __init__(self, server, daemon, config, workspace, ledger):
+        self.server, self.daemon, self.config = server, daemon, config
+        self.workspace, self.ledger = workspace, ledger
+        self.rng = random.Random(SEED)
+        self.serial = 0
+        self.injected = Counter()          # consumed faults, by kind
+        self.outcomes = Counter()
+        self.calls = 0
+        self.retries = 0
+        self.expect_claims = {}            # text -> 0/1
+        self.expect_tasks = {}             # title -> 0/1
+        self.expect_sessions = {}          # agent name -> 0/1
+        self.expect_ended = {}             # session id -> True/False
+        self.expect_done = {}              # task id -> True/False
+        self.succeeded = []                # (kind, key) of writes the server reported made
+        self.model = None                  # (task id, session id) the context must name
+
+    # -- one faulted call -------------------------------------------------------
+
+    def fresh(self, what):
+        self.serial += 1
+        return "%s %d %06x" % (what, self.serial, self.rng.getrandbits(24))
+
+    def faulted(self, tool, args, op, expected_code_if_goes_on="ok"):
+        """Inject a fault on `op`, run the call beside a read and a ping; return
+        (code, value, executed) after checking the attempts and the outcome."""
+        fault = self.rng.choice(self.KINDS)
+        count = self.rng.choice([1, 2])
+        code_expected, attempts, executed = expect_write(fault, count)
+        self.daemon.clear_ops()
+        inject(self.daemon, fault, op, count)
+        era = self.rng.choice(["legacy", "modern"])
+        self.server.send(self.server.request_message(
+            "tools/call", self.server.call_params(tool, args, era=era), id="w"))
+        self.server.send(self.server.request_message(
+            "tools/call", self.server.call_params("tasks", {}), id="r"))
+        self.server.send(self.server.request_message("ping", id="p"))
+        assert self.server.response("p")["result"] == {}
+        code, value = outcome_of(self.server.response("w"), era)
+        assert outcome_of(self.server.response("r"))[0] == "ok"
+        self.daemon.clear_faults()
+        sent = [entry for entry in self.daemon.ops if entry["op"] == op]
+        self.calls += 1
+        self.injected[fault] += min(count, len(sent))
+        self.outcomes[code] += 1
+        assert len(sent) == attempts, (tool, op, fault, count, [e["op"] for e in self.daemon.ops])
+        if attempts == 2:
+            self.retries += 1
+            keys = [entry["headers"].get("idempotency-key") for entry in sent]
+            assert keys[0] and keys[0] == keys[1], "a retry with another Idempotency-Key"
+            assert sent[0]["body"] == sent[1]["body"], "a retry with another body"
+        want = code_expected or expected_code_if_goes_on
+        assert code == want, (tool, op, fault, count, code, value)
+        return code, value, executed
+
+    # -- the tools --------------------------------------------------------------
+
+    def begin(self, faulted=True):
+        title, agent = self.fresh("Task"), self.fresh("agent")[:60]
+        previous = self.context_session()
+        previous_ended = previous is not None and self.session_state(previous["id"]) != "open"
+        args = {"new_task": title, "agent_name": agent}
+        if faulted:
+            op = self.rng.choice(self.BEGIN_OPS)
+            code, value, executed = self.faulted("begin", args, op)
+        else:
+            op, executed = None, 1
+            code, value = call(self.server, "begin", args)
+            assert code == "ok", value
+        reached = self.BEGIN_OPS.index(op) if op else 99
+        made = code == "ok" or executed
+        self.expect_tasks[title] = 1 if (code == "ok" or reached > 1 or (op == "createTask" and made)) else 0
+        self.expect_sessions[agent] = 1 if (code == "ok" or reached > 2 or (op == "createSession" and made)) else 0
+        if code == "ok":
+            self.model = (value["task_id"], value["session_id"])
+            self.succeeded += [("task", title), ("session", agent)]
+            self.expect_ended[value["session_id"]] = False
+            self.expect_done[value["task_id"]] = False
+            if previous_ended:
+                assert value["session"]["parent"] is None, value
+        self.check_context()
+        return code
+
+    def checkpoint(self):
+        text = self.fresh("Fact")
+        code, value, executed = self.faulted("checkpoint", {"facts": [{"text": text}]},
+                                             "createCheckpoint")
+        self.expect_claims[text] = 1 if code == "ok" or executed else 0
+        if code == "ok":
+            self.succeeded.append(("claim", text))
+        self.check_context()
+
+    def decide(self):
+        text = self.fresh("Decision")
+        code, value, executed = self.faulted("decide", {"decision": text}, "proposeDecision")
+        self.expect_claims[text] = 1 if code == "ok" or executed else 0
+        if code == "ok":
+            self.succeeded.append(("claim", text))
+        self.check_context()
+
+    def complete(self):
+        task_id, session_id = self.model
+        ledgerd.memprove_run(self.daemon.url, self.config.token, str(self.workspace),
+                             session_id, "pytest -q %s" % self.serial, 0)
+        code, value, executed = self.faulted("complete", {}, "transitionTask")
+        self.expect_done[task_id] = code == "ok" or bool(executed)
+        if code == "ok":
+            self.succeeded.append(("done", task_id))
+        self.check_context()
+
+    def end(self):
+        task_id, session_id = self.model
+        code, value, executed = self.faulted("end", {}, "endSession")
+        self.expect_ended[session_id] = code == "ok" or bool(executed)
+        if code == "ok":
+            self.succeeded.append(("ended", session_id))
+            self.model = (task_id, self.session_id_of(value["context_session"]))
+        self.check_context()
+        return code
+
+    # -- the context against the ledger -----------------------------------------
+
+    def context(self):
+        return read_json(self.workspace / ".memprove" / "context.json")
+
+    def context_session(self):
+        try:
+            return self.context().get("session")
+        except OSError:
+            return None
+
+    def session_state(self, session_id):
+        rows = self.ledger.rows("SELECT state FROM sessions WHERE id = ?", session_id)
+        return rows[0]["state"] if rows else None
+
+    def session_id_of(self, number):
+        if number is None:
+            return None
+        rows = self.ledger.rows("SELECT id FROM sessions WHERE number = ?", number)
+        assert len(rows) == 1, number
+        return rows[0]["id"]
+
+    def check_context(self):
+        """The context names what the successful calls made, and it exists in the ledger."""
+        context = self.context()
+        assert context["version"] == 1
+        task, session = context.get("task"), context.get("session")
+        named = (task["id"] if task else None, session["id"] if session else None)
+        assert named == self.model, (named, self.model)
+        rows = self.ledger.rows("SELECT number, title FROM tasks WHERE id = ?", task["id"])
+        assert rows and rows[0]["number"] == task["number"], task
+        if session:
+            rows = self.ledger.rows("SELECT number, task_id FROM sessions WHERE id = ?", session["id"])
+            assert rows and rows[0]["number"] == session["number"], session
+
+    # -- the cycle ----------------------------------------------------------------
+
+    def cycle(self):
+        if self.begin() != "ok":
+            self.begin(faulted=False)
+        for step in ("checkpoint", "decide", "checkpoint", "decide", "checkpoint"):
+            getattr(self, step)()
+        self.complete()
+        self.end()
+
+    def verify_ledger(self):
+        """Each write exactly once or not at all; none the server reported made is missing."""
+        claims, tasks = self.ledger.claim_texts(), self.ledger.task_titles()
+        sessions = self.ledger.session_agents()
+        lost = duplicated = 0
+        mismatches = []
+        for expected, found in ((self.expect_claims, claims), (self.expect_tasks, tasks),
+                                (self.expect_sessions, sessions)):
+            for key, count in expected.items():
+                if found.get(key, 0) > 1:
+                    duplicated += 1
+                elif found.get(key, 0) != count:
+                    mismatches.append((key, count, found.get(key, 0)))
+        for session_id, ended in self.expect_ended.items():
+            state = self.session_state(session_id)
+            if (state != "open") != ended:
+                mismatches.append((session_id, ended, state))
+        for task_id, done in self.expect_done.items():
+            status = self.ledger.rows("SELECT status FROM tasks WHERE id = ?", task_id)[0]["status"]
+            if (status == "done") != done:
+                mismatches.append((task_id, done, status))
+        for kind, key in self.succeeded:
+            if kind == "claim" and claims.get(key, 0) < 1 or kind == "task" and tasks.get(key, 0) < 1 \
+                    or kind == "session" and sessions.get(key, 0) < 1:
+                lost += 1
+        duplicates = duplicate_entries(self.ledger.entries())
+        duplicated += len(duplicates)
+        return lost, duplicated, mismatches, duplicates
+
+
+def test_write_faults_exactly_once(hserve, config, watched, workspace):
+    daemon = watched
+    server = hserve(config=config, timeout=TIMEOUT)
+    server.initialize()
+    ledger = LedgerView(daemon.db_path)
+    started = time.monotonic()
+    try:
+        rounds = WriteRounds(server, daemon, config, workspace, ledger)
+        rounds.begin(faulted=False)
+        while sum(rounds.injected.values()) < FAULT_ROUNDS:
+            rounds.cycle()
+        lost, duplicated, mismatches, duplicates = rounds.verify_ledger()
+        assert mismatches == [], mismatches[:10]
+        assert duplicates == [], duplicates[:10]
+        assert (lost, duplicated) == (0, 0)
+        verified = call(server, "ledger_verify", {})
+        assert verified[0] == "ok" and verified[1]["ok"] is True, verified
+        entries = verified[1]["entries"]
+    finally:
+        ledger.close()
+    assert server.close() == 0
+    report("write_faults", faults_injected=sum(rounds.injected.values()),
+           by_fault=dict(rounds.injected), write_calls=rounds.calls, retried_writes=rounds.retries,
+           outcomes=dict(rounds.outcomes), writes_lost=lost, writes_duplicated=duplicated,
+           ledger_entries=entries, seconds=round(time.monotonic() - started, 1))
+
+
+# =============================================================================
+# The daemon down, restarted elsewhere, killed mid-write
+# =============================================================================
+
+def test_daemon_down_then_restarted_on_another_port(hserve, config, daemon, workspace):
+    server = hserve(config=config, timeout=TIMEOUT)
+    server.initialize()
+    assert call(server, "begin", {"new_task": "Across restarts"})[0] == "ok"
+    old_url = daemon.url
+    daemon.stop()                                   # daemon.json is removed
+    for tool, args in (("tasks", {}), ("checkpoint", {"facts": [{"text": "Lost? No."}]}),
+                       ("ledger_verify", {})):
+        assert call(server, tool, args)[0] == "daemon_unavailable"
+    assert call(server, "context", {})[0] == "ok"   # local calls do not need it
+    # A stale daemon.json naming the dead port: still unavailable, promptly.
+    (config.data_dir / "daemon.json").write_text(json.dumps({"url": old_url, "pid": 1}))
+    assert call(server, "checkpoint", {"facts": [{"text": "Stale address."}]})[0] == "daemon_unavailable"
+    restarted = ledgerd.Daemon(str(config.data_dir)).start()
+    try:
+        assert restarted.url != old_url
+        code, value = call(server, "checkpoint", {"facts": [{"text": "After the restart."}]})
+        assert code == "ok", value
+        assert [entry["op"] for entry in restarted.ops] == ["getTaskCapsule", "createCheckpoint"]
+        code, value = call(server, "claims", {"numbers": [1]})
+        assert code == "ok" and value["claims"][0]["line"].endswith("After the restart."), value
+        assert call(server, "ledger_verify", {})[1]["ok"] is True
+    finally:
+        restarted.stop()
+    assert server.close() == 0
+
+
+def _start_ledgerd(data_dir, token):
+    process = subprocess.Popen([sys.executable, str(TESTS / "ledgerd.py"), "--data-dir",
+                                str(data_dir), "--token", token],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    line = process.stdout.readline().decode()   # "ledgerd listening on <url> ..."
+    assert line.startswith("ledgerd listening on "), line
+    return process, line.split()[3]
+
+
+def test_daemon_killed_while_writes_are_in_flight(hserve, config, workspace):
+    process, url = _start_ledgerd(config.data_dir, config.token)
+    server = None
+    try:
+        server = hserve(config=config, timeout=TIMEOUT)
+        server.initialize()
+        assert call(server, "begin", {"new_task": "Killed daemon"})[0] == "ok"
+        texts = ["Kill fact %d" % n for n in range(60)]
+        for n, text in enumerate(texts):
+            server.send(server.request_message(
+                "tools/call", server.call_params("checkpoint", {"facts": [{"text": text}]}),
+                id="k%d" % n))
+        outcomes = {}
+        for n in range(15):
+            outcomes[n] = outcome_of(server.response("k%d" % n))[0]
+        process.kill()                                   # SIGKILL, mid-stream
+        process.wait(SAFETY_TIMEOUT)
+        for n in range(15, len(texts)):
+            outcomes[n] = outcome_of(server.response("k%d" % n))[0]
+        assert set(outcomes.values()) <= {"ok", "daemon_unavailable", "daemon_error",
+                                          "daemon_timeout"}, outcomes
+        # Whatever was in flight, a call made now meets a dead daemon.
+        assert call(server, "checkpoint", {"facts": [{"text": "While dead."}]})[0] == \
+            "daemon_unavailable"
+        assert call(server, "context", {})[0] == "ok"
+        process, new_url = _start_ledgerd(config.data_dir, config.token)
+        assert new_url != url
+        code, value = call(server, "checkpoint", {"facts": [{"text": "After the kill."}]})
+        assert code == "ok", value
+        verified = call(server, "ledger_verify", {})
+        assert verified[1]["ok"] is True, verified
+        ledger = LedgerView(config.data_dir / "ledger.sqlite3")
+        try:
+            found = ledger.claim_texts()
+            duplicates = duplicate_entries(ledger.entries())
+        finally:
+            ledger.close()
+        assert duplicates == []
+        for n, text in enumerate(texts):
+            assert found.get(text, 0) <= 1, text
+            if outcomes[n] == "ok":
+                assert found.get(text, 0) == 1, "a write the server reported made is lost"
+        assert found["After the kill."] == 1 and found.get("While dead.", 0) == 0
+        assert server.close() == 0
+        report("daemon_killed", writes_in_stream=len(texts),
+               ok=sum(1 for c in outcomes.values() if c == "ok"),
+               failed=sum(1 for c in outcomes.values() if c != "ok"), writes_lost=0,
+               writes_duplicated=0)
+    finally:
+        process.kill()
+        process.wait(SAFETY_TIMEOUT)
+
+
+# =============================================================================
+# Answers the reference daemon cannot give
+# =============================================================================
+
+OVER_64_MIB = 64 * 1024 * 1024 + 65536
+
+
+def _stream_without_length(conn):
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n")
+    chunk, sent = b" " * 65536, 0
+    while sent < OVER_64_MIB:
+        conn.sendall(chunk)
+        sent += len(chunk)
+
+
+def _stream_chunked(conn):
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk, sent = b" " * 65536, 0
+    while sent < OVER_64_MIB:
+        conn.sendall(b"10000\r\n" + chunk + b"\r\n")
+        sent += len(chunk)
+    conn.sendall(b"0\r\n\r\n")
+
+
+@pytest.mark.parametrize("answer", [_stream_without_length, _stream_chunked],
+                         ids=["no-content-length", "chunked"])
+def test_answer_over_64_mib_without_a_length(hserve, config, answer):
+    fake = RawDaemon(answer)
+    try:
+        fake.write_daemon_json(config.data_dir)
+        server = hserve(config=config, timeout=10)
+        server.initialize()
+        for tool, args in (("tasks", {}), ("begin", {"new_task": "Huge"}), ("ledger_verify", {})):
+            code, text = call(server, tool, args)
+            assert code == "daemon_error", text
+        peak = None
+        with open("/proc/%d/status" % server.proc.pid) as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    peak = int(line.split()[1])
+        assert call(server, "context", {})[0] == "ok"
+        assert server.close() == 0
+    finally:
+        fake.close()
+    report("answer_over_64_mib", framing=answer.__name__.strip("_"), peak_rss_kib=peak)
+    assert peak is None or peak < 256 * 1024, "peak RSS %d KiB" % peak
+
+
+def _trickle(conn):
+    body = b'{"workspace":null,"tasks":[]}'
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                 % len(body))
+    for byte in body:
+        conn.sendall(bytes([byte]))
+        time.sleep(0.1)                          # a daemon that answers, but too slowly
+
+
+@pytest.mark.xfail(strict=True, reason="server bug: MEMPROVE_TIMEOUT bounds each socket read, "
+                   "not the request: a daemon trickling its answer a byte at a time is waited "
+                   "for as long as it trickles (3 s here for a 0.5 s timeout; forever if it "
+                   "never stops)")
+def test_a_trickling_daemon_is_cut_at_the_timeout(hserve, config):
+    fake = RawDaemon(_trickle)
+    try:
+        fake.write_daemon_json(config.data_dir)
+        server = hserve(config=config, timeout=TIMEOUT)
+        server.initialize()
+        started = time.monotonic()
+        code, text = call(server, "tasks", {})
+        elapsed = time.monotonic() - started
+        server.close()
+    finally:
+        fake.close()
+    assert (code, elapsed < 3 * TIMEOUT) == ("daemon_timeout", True), (code, round(elapsed, 2))

@@ -108,6 +108,11 @@ PROBLEMS = {
     "idempotency_key_reused": "The daemon saw that write key with a different request.",
 }
 DAEMON_REFUSED = "The memprove daemon refused the request."
+# Codes the server raises itself (contract.md §4); the rest are the daemon's.
+SERVER_CODES = frozenset(code for code in PROBLEMS if code not in (
+    "unauthenticated", "token_revoked", "scope_missing", "role_forbidden", "not_found",
+    "claim_not_found", "claim_not_active", "session_not_open", "invalid_transition",
+    "evidence_invalid", "validation_failed", "idempotency_key_reused"))
 PROBLEM_CODE = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
@@ -118,13 +123,16 @@ class Problem(Exception):
     fault; never a value the agent wrote, a path, or the token.
     """
 
-    def __init__(self, code, hint=None):
+    def __init__(self, code, hint=None, from_daemon=False):
         Exception.__init__(self, code)
         self.code = code
         self.hint = hint
+        self.from_daemon = from_daemon
 
     def text(self):
         sentence = PROBLEMS.get(self.code, DAEMON_REFUSED)
+        if self.from_daemon and self.code in SERVER_CODES:
+            sentence = DAEMON_REFUSED   # the daemon's word, not one of the server's own problems
         if self.hint:
             return "%s: %s %s" % (self.code, sentence, self.hint)
         return "%s: %s" % (self.code, sentence)
@@ -1986,7 +1994,7 @@ def interpret_answer(status, data):
         raise Problem("daemon_error", "It answered with a redirect, which is not followed.")
     code = answer.get("code") if isinstance(answer, dict) else None
     if isinstance(code, str) and PROBLEM_CODE.match(code) and len(code) <= 64:
-        raise Problem(code)
+        raise Problem(code, from_daemon=True)
     raise Problem("daemon_error")
 
 

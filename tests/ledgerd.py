@@ -137,7 +137,13 @@ def new_id():
 
 
 def to_json(value):
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (a canned golden Capsule has one) cannot be UTF-8: escape it.
+        text = json.dumps(value, separators=(",", ":"))
+    return text
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,160 @@
+"""The read tools' results and daemon operations through the .pyz, and
+configuration read again on every call."""
+
+import json
+import sqlite3
+from contextlib import closing
+
+import pytest
+
+import ledgerd
+from conftest import TESTS  # noqa: F401  (conftest puts tests/ on sys.path)
+
+
+def structured(answer):
+    result = answer["result"]
+    assert result.get("isError") is False, result
+    value = result["structuredContent"]
+    text = result["content"][0]["text"]
+    if "pack" in value:     # pack's text is its opening statement and the Pack
+        assert text == value["opening"] + "\n\n" + value["pack"]
+    else:
+        assert json.loads(text) == value
+    return value
+
+
+def problem(answer):
+    result = answer["result"]
+    assert result["isError"] is True and "structuredContent" not in result, result
+    return result["content"][0]["text"]
+
+
+@pytest.fixture
+def busy(start_server, daemon, config):
+    """A server with one Task begun and one checkpoint made."""
+    server = start_server(env=config.env())
+    server.initialize()
+    begun = structured(server.call("begin", {"new_task": "Read me"}))
+    structured(server.call("checkpoint", {"open_items": ["Look again."], "next_action": "Read."}))
+    daemon.clear_ops()
+    return server, begun
+
+
+def test_tasks_lists_by_number_and_marks_the_current_one(busy, daemon, workspace, config):
+    server, begun = busy
+    result = structured(server.call("tasks"))
+    assert list(result)[:2] == ["task_id", "session_id"]
+    assert result["task_id"] == begun["task_id"] and result["session_id"] == begun["session_id"]
+    assert result["workspace"] == str(workspace.resolve())
+    assert result["tasks"] == [{"number": 1, "title": "Read me", "status": "active",
+                                "open_items": 1, "sessions_open": 1, "current": True}]
+    assert structured(server.call("tasks", {"status": "done"}))["tasks"] == []
+    ops = daemon.ops
+    assert [entry["op"] for entry in ops] == ["listTasks", "listTasks"]
+    assert ops[0]["query"] == {"workspace": str(workspace.resolve())}
+    assert ops[1]["query"] == {"workspace": str(workspace.resolve()), "status": "done"}
+    for entry in ops:
+        assert entry["headers"]["authorization"] == "Bearer " + config.token
+        assert entry["headers"]["accept"] == "application/json"
+        assert entry["headers"]["user-agent"].startswith("memprove-mcp/")
+        assert "idempotency-key" not in entry["headers"]
+    server.close()
+
+
+def test_ledger_verify_reports_a_tampered_row(busy, daemon):
+    server, _ = busy
+    result = structured(server.call("ledger_verify"))
+    assert result["ok"] is True and result["first_bad"] is None and result["entries"] > 0
+    assert [(e["op"], e["body"]) for e in daemon.ops] == [("verifyLedger", {})]
+    assert "idempotency-key" not in daemon.ops[0]["headers"]
+    with closing(sqlite3.connect(str(daemon.db_path))) as connection:
+        connection.execute("UPDATE ledger SET data = ? WHERE seq = 2", ('{"forged": true}',))
+        connection.commit()
+    result = structured(server.call("ledger_verify"))
+    assert result["ok"] is False and result["first_bad"] == {"seq": 2, "reason": "hash_mismatch"}
+    server.close()
+
+
+def test_pack_with_a_task_number_lists_tasks_first(busy, daemon):
+    server, begun = busy
+    result = structured(server.call("pack", {"task": "1", "manifest": True}))
+    assert [e["op"] for e in daemon.ops] == ["listTasks", "getTaskCapsule"]
+    assert result["task"] == 1 and result["task_id"] == begun["task_id"]
+    assert "Open items:\n- c1 Look again.\n" in result["pack"]
+    assert result["opening"].endswith("1 open item (c1) must be resolved or carried forward.")
+    assert problem(server.call("pack", {"task": 7})).startswith(
+        "task_not_found: No Task of this Workspace has that number.")
+    server.close()
+
+
+def test_claims_missing_and_duplicates(busy):
+    server, _ = busy
+    result = structured(server.call("claims", {"numbers": [2, 9, 2, 1]}))
+    assert [c["number"] for c in result["claims"]] == [2, 1]
+    assert result["claims"][0] == {"number": 2, "kind": "next_action", "state": "active",
+                                   "line": "- c2 Read."}
+    assert result["missing"] == [9] and result["left_out"] == []
+    server.close()
+
+
+def test_no_task_sends_nothing(start_server, daemon, config):
+    server = start_server(env=config.env())
+    server.initialize()
+    for tool, arguments in (("pack", {}), ("claims", {"numbers": [1]})):
+        assert problem(server.call(tool, arguments)).startswith("no_task: ")
+    assert daemon.ops == []
+    server.close()
+
+
+def test_token_and_data_dir_changed_between_calls(start_server, daemon, config, tmp_path, planted):
+    """Both are read again on every call: the second call goes to the new daemon
+    with the new token; the first daemon sees nothing more."""
+    server = start_server(env=config.env())
+    server.initialize()
+    assert structured(server.call("tasks"))["tasks"] == []
+    assert len(daemon.ops) == 1
+    other_dir = tmp_path / "other-data"
+    other = ledgerd.Daemon(str(other_dir)).start()
+    try:
+        new_token = "tok-PLANTED-rotated-0123456789"
+        planted.add(new_token)
+        other.add_token(new_token)
+        (config.dir / "data-dir").write_text(str(other_dir) + "\n")
+        config.token_file.write_text(new_token + "\n")
+        assert structured(server.call("tasks"))["tasks"] == []
+        assert len(daemon.ops) == 1
+        assert [e["headers"]["authorization"] for e in other.ops] == ["Bearer " + new_token]
+        config.token_file.write_text("")
+        assert problem(server.call("tasks")).startswith("token_missing: ")
+        assert len(other.ops) == 1
+    finally:
+        other.stop()
+    server.close()
+
+
+@pytest.mark.parametrize("url", ["http://192.0.2.1:9", "https://127.0.0.1:9", "http://example.com:9"])
+def test_a_non_loopback_daemon_address_gets_no_token(start_server, config, url):
+    (config.data_dir / "daemon.json").write_text(json.dumps({"url": url, "pid": 1}))
+    server = start_server(env=config.env())
+    server.initialize()
+    assert problem(server.call("tasks")).startswith(
+        "daemon_address_refused: The daemon address is not a loopback HTTP address, "
+        "so the token was not sent.")
+    server.close()
+
+
+def test_context_without_any_configuration(start_server, workspace, home):
+    server = start_server()
+    server.initialize(client="pytest-client")
+    result = structured(server.call("context"))
+    assert list(result) == ["task_id", "session_id", "workspace", "task", "session", "agent",
+                            "runs", "config"]
+    assert result["workspace"] == {"root": str(workspace.resolve()),
+                                   "found_by": "working directory", "marked": True}
+    assert result["agent"] == {"name": "pytest-client", "role": "implementer",
+                               "name_from": "client", "role_from": "client"}
+    assert result["config"] == {"config_dir": str(home / ".config" / "memprove"),
+                                "token_from": None, "token_file_mode": None, "data_dir": None,
+                                "data_dir_from": None, "daemon_url": None, "warnings": []}
+    assert problem(server.call("tasks")).startswith("token_missing: ")
+    server.close()

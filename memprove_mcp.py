@@ -1060,7 +1060,7 @@ def tool_begin(call, args):
 
 
 def tool_checkpoint(call, args):
-    facts = [dict(fact, text=fact["text"]) for fact in args.get("facts", [])]
+    facts = args.get("facts", [])
     for index, fact in enumerate(facts):
         if not fold(fact["text"]):
             raise invalid("`facts[%d].text` must not be empty." % index)

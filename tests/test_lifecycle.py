@@ -301,7 +301,8 @@ def test_signal_exits_promptly_and_quietly(hserve, config, daemon, workspace, si
     report("signal_exit", signal=signame, state=state, seconds=round(seconds, 3), exit_code=code)
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: a signal that arrives while a long line is "
+# Not strict: whether the signal lands inside the C-level readline is a matter of timing.
+@pytest.mark.xfail(strict=False, reason="server bug: a signal that arrives while a long line is "
                    "streaming in is only handled when the line completes: the Python-level "
                    "handler waits for the main thread, which sits in readline() (C code, then "
                    "a blocking read that no later signal interrupts)")

@@ -1517,8 +1517,7 @@ class Call:
             pass
         if self.environ.get("MEMPROVE_TIMEOUT") and timeout_setting(self.environ) is None:
             warnings.append("MEMPROVE_TIMEOUT")
-        parent = self.environ.get("MEMPROVE_PARENT_SESSION")
-        if parent and not (parent.isdigit() and int(parent) >= 1):
+        if self.environ.get("MEMPROVE_PARENT_SESSION") and self.environ_parent() is None:
             warnings.append("MEMPROVE_PARENT_SESSION")
         role = self.environ.get("MEMPROVE_AGENT_ROLE")
         if role and not ROLE.match(role):

@@ -251,15 +251,28 @@ def serve(options):
 
 
 def install_signal_handlers():
-    # A client that stops us wants us gone at once, without a traceback.
+    """Leave at once, without a traceback, on SIGTERM or SIGINT: a client that stops us wants us gone.
+
+    Where the platform allows, the signals are blocked in every thread and one
+    thread waits for them, so they are acted on even while the main thread is
+    inside a long C-level read (a Python handler would wait for it to return).
+    """
     import signal
+    wanted = [getattr(signal, name) for name in ("SIGTERM", "SIGINT") if hasattr(signal, name)]
 
     def leave(signum, frame):
         os._exit(0)
 
-    for name in ("SIGTERM", "SIGINT"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), leave)
+    for signum in wanted:
+        signal.signal(signum, leave)     # also undoes an inherited SIG_IGN
+    if hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigwait"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
+
+        def wait_for_signal():
+            signal.sigwait(wanted)
+            os._exit(0)
+
+        threading.Thread(target=wait_for_signal, name="memprove-signals", daemon=True).start()
 
 
 # ---------------------------------------------------------------------------
@@ -1886,9 +1899,13 @@ def move_aside(root):
 # ---------------------------------------------------------------------------
 # 10. Daemon client
 # ---------------------------------------------------------------------------
-# http.client straight to a checked loopback address: no proxy and no
-# redirect can carry the token anywhere else.  Writes carry an idempotency
-# key and are retried once, with the same key, when their answer is lost.
+# One HTTP/1.1 request per connection, written on a plain socket to a checked
+# loopback address: no proxy and no redirect can carry the token anywhere
+# else.  The client is our own rather than http.client so that the timeout
+# bounds the whole exchange, not each read (a daemon trickling its answer is
+# cut off in time), and so that no call pays for http.client's imports.
+# Writes carry an idempotency key and are retried once, with the same key,
+# when their answer is lost.
 
 OPERATIONS = {
     "resolveWorkspace": ("POST", "/v1/workspaces/resolve", True),
@@ -1903,6 +1920,7 @@ OPERATIONS = {
     "proposeDecision": ("POST", "/v1/sessions/{session_id}/decisions", True),
     "verifyLedger": ("POST", "/v1/ledger/verify", False),
 }
+MAX_HEAD = 64 * 1024                 # bytes of status line and headers
 
 
 class LostAnswer(Exception):
@@ -1920,64 +1938,213 @@ class DaemonClient:
         self.timeout = timeout
 
     def send(self, operation, path=None, query=None, body=None):
-        from urllib.parse import quote, urlencode
         method, template, is_write = OPERATIONS[operation]
         target = self.base + template.format(**dict(
-            (key, quote(str(value), safe="")) for key, value in (path or {}).items()))
+            (key, percent_encode(value)) for key, value in (path or {}).items()))
         if query:
-            target += "?" + urlencode(query, quote_via=quote)
-        headers = {"Authorization": "Bearer " + self.token, "Accept": "application/json",
-                   "User-Agent": "memprove-mcp/" + VERSION, "Host": self.host}
-        payload = None
+            target += "?" + "&".join(percent_encode(key) + "=" + percent_encode(value)
+                                     for key, value in query.items())
+        head = ["%s %s HTTP/1.1" % (method, target), "Host: " + self.host,
+                "Authorization: Bearer " + self.token, "Accept: application/json",
+                "Accept-Encoding: identity", "User-Agent: memprove-mcp/" + VERSION,
+                "Connection: close"]
+        payload = b""
         if body is not None:
-            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-            headers["Content-Type"] = "application/json"
+            payload = encode_body(body)
+            head.append("Content-Type: application/json")
+        if method == "POST":
+            head.append("Content-Length: %d" % len(payload))
         if is_write:
-            import uuid
-            headers["Idempotency-Key"] = str(uuid.uuid4())
+            head.append("Idempotency-Key: " + random_uuid())
+        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
         attempts = 2 if is_write else 1
         for attempt in range(attempts):
             try:
-                status, data = self.exchange(method, target, headers, payload)
+                status, data = self.exchange(request)
                 break
             except LostAnswer as lost:
                 if attempt + 1 == attempts:
                     raise Problem(lost.code)
         return interpret_answer(status, data)
 
-    def exchange(self, method, target, headers, payload):
-        import http.client
+    def exchange(self, request):
+        """Send one request; return (status, body) within the timeout."""
         import socket
-        connection = http.client.HTTPConnection(self.address, self.port, timeout=self.timeout)
+        deadline = time.monotonic() + self.timeout
         try:
+            connection = socket.create_connection((self.address, self.port), timeout=self.timeout)
+        except OSError:
+            raise Problem("daemon_unavailable")
+        try:
+            answer = Answer(connection, deadline)
             try:
-                connection.connect()
-            except socket.timeout:
-                raise Problem("daemon_unavailable")
-            except OSError:
-                raise Problem("daemon_unavailable")
-            try:
-                connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
-                for name, value in headers.items():
-                    connection.putheader(name, value)
-                if payload is not None:
-                    connection.putheader("Content-Length", str(len(payload)))
-                connection.endheaders(payload)
-                response = connection.getresponse()
-                if response.length is not None and response.length > MAX_BODY:
-                    raise Problem("daemon_error", "Its answer was too large.")
-                # With a length, read() raises on a body cut short (a lost
-                # answer, so a write is retried); read(n) would return it quietly.
-                data = response.read() if response.length is not None else response.read(MAX_BODY + 1)
+                answer.settle_timeout()
+                connection.sendall(request)
+                return answer.read()
             except socket.timeout:
                 raise LostAnswer("daemon_timeout")
-            except (http.client.HTTPException, OSError):
+            except (OSError, ValueError):
                 raise LostAnswer("daemon_error")
-            if len(data) > MAX_BODY:
-                raise Problem("daemon_error", "Its answer was too large.")
-            return response.status, data
         finally:
             connection.close()
+
+
+class Answer:
+    """An HTTP/1.1 answer read from a socket before a deadline (RFC 9112).
+
+    Raises socket.timeout past the deadline, ValueError for a malformed or
+    cut-short answer (so a write is retried), and Problem for one too large.
+    """
+
+    def __init__(self, connection, deadline):
+        self.connection = connection
+        self.deadline = deadline
+        self.buffer = bytearray()
+
+    def read(self):
+        while True:
+            status, headers = self.read_head()
+            if not 100 <= status < 200:
+                break                      # 1xx answers are interim: the real one follows
+        if status in (204, 304):
+            return status, b""
+        codings = headers.get("transfer-encoding")
+        if codings is not None:
+            if codings.replace(" ", "").lower() != "chunked":
+                raise ValueError("a transfer coding other than chunked")   # we asked for none
+            return status, self.read_chunked()
+        length = headers.get("content-length")
+        if length is None:
+            return status, self.read_to_close()
+        if not length.isdigit() or not length.isascii():
+            raise ValueError("bad Content-Length")
+        return status, self.read_exactly(int(length))
+
+    def read_head(self):
+        lines = []
+        while True:
+            line = self.read_line(MAX_HEAD)
+            if not line.strip():
+                if lines:
+                    break
+                continue                   # stray empty lines before a status line
+            lines.append(line)
+            if len(lines) > 100:
+                raise ValueError("too many header lines")
+        version, _, rest = lines[0].partition(b" ")
+        code = rest[:3]
+        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit() or \
+                rest[3:4] not in (b"", b" ", b"\r", b"\n"):
+            raise ValueError("not an HTTP/1.x status line")
+        headers = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon or not name or name != name.strip():
+                raise ValueError("malformed header line")
+            name = name.decode("latin-1").lower()
+            value = value.strip().decode("latin-1")
+            if name in headers and name == "content-length" and headers[name] != value:
+                raise ValueError("conflicting Content-Length")
+            headers[name] = value if name not in headers or name == "content-length" \
+                else headers[name] + ", " + value
+        return int(code), headers
+
+    def read_chunked(self):
+        body = bytearray()
+        while True:
+            size = self.read_line(MAX_HEAD).split(b";")[0].strip()
+            if not size or not all(char in b"0123456789abcdefABCDEF" for char in size):
+                raise ValueError("bad chunk size")
+            size = int(size, 16)
+            if size == 0:
+                break
+            if len(body) + size > MAX_BODY:
+                raise Problem("daemon_error", "Its answer was too large.")
+            body += self.read_exactly(size)
+            if self.read_line(2).strip():
+                raise ValueError("chunk not followed by a line end")
+        while self.read_line(MAX_HEAD).strip():
+            pass                           # trailer fields, unused
+        return body
+
+    def read_exactly(self, size):
+        if size > MAX_BODY:
+            raise Problem("daemon_error", "Its answer was too large.")
+        body = bytearray(size)
+        view = memoryview(body)
+        taken = min(size, len(self.buffer))
+        view[:taken] = self.buffer[:taken]
+        del self.buffer[:taken]
+        while taken < size:
+            self.settle_timeout()
+            got = self.connection.recv_into(view[taken:])
+            if not got:
+                raise ValueError("the answer was cut short")
+            taken += got
+        return body
+
+    def read_to_close(self):
+        body, self.buffer = self.buffer, bytearray()
+        while self.receive():
+            body += self.buffer
+            self.buffer = bytearray()
+            if len(body) > MAX_BODY:
+                raise Problem("daemon_error", "Its answer was too large.")
+        return body
+
+    def read_line(self, limit):
+        """One line, its end included; ValueError past `limit` bytes or at the end."""
+        start = 0
+        while True:
+            end = self.buffer.find(b"\n", start)
+            if end >= 0:
+                line = bytes(self.buffer[:end + 1])
+                del self.buffer[:end + 1]
+                return line
+            if len(self.buffer) > limit:
+                raise ValueError("line too long")
+            start = len(self.buffer)
+            if not self.receive():
+                raise ValueError("the answer was cut short")
+
+    def receive(self):
+        self.settle_timeout()
+        data = self.connection.recv(65536)
+        self.buffer += data
+        return bool(data)
+
+    def settle_timeout(self):
+        import socket
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("the daemon's time is up")
+        self.connection.settimeout(remaining)
+
+
+def encode_body(body):
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate in an agent's text: send it escaped, as JSON allows.
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+def percent_encode(value):
+    """RFC 3986 percent-encoding of everything but unreserved characters."""
+    return "".join(chr(byte) if byte in UNRESERVED else "%%%02X" % byte
+                   for byte in str(value).encode("utf-8", "surrogatepass"))
+
+
+UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def random_uuid():
+    """A version-4 UUID, as uuid.uuid4() makes it, without importing uuid."""
+    digits = bytearray(os.urandom(16))
+    digits[6] = digits[6] & 0x0F | 0x40
+    digits[8] = digits[8] & 0x3F | 0x80
+    text = digits.hex()
+    return "%s-%s-%s-%s-%s" % (text[:8], text[8:12], text[12:16], text[16:20], text[20:])
 
 
 def interpret_answer(status, data):
@@ -2000,6 +2167,8 @@ def interpret_answer(status, data):
 def check_daemon_url(url):
     """Return (Host header, port, address to connect to, base path) or refuse."""
     from urllib.parse import urlsplit
+    if not all("!" <= char <= "~" for char in url):
+        raise Problem("daemon_address_refused")   # it would not fit in a request line
     try:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port or 80

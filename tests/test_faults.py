@@ -499,10 +499,73 @@ def _trickle(conn):
         time.sleep(0.1)                          # a daemon that answers, but too slowly
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: MEMPROVE_TIMEOUT bounds each socket read, "
-                   "not the request: a daemon trickling its answer a byte at a time is waited "
-                   "for as long as it trickles (3 s here for a 0.5 s timeout; forever if it "
-                   "never stops)")
+# A daemon that is not ours may frame its answer in any way HTTP/1.1 allows.
+TASKS_BODY = b'{"workspace":null,"tasks":[]}'
+
+
+def _framed(*pieces, hold_open=False):
+    def answer(conn):
+        for piece in pieces:
+            conn.sendall(piece)
+        if hold_open:                    # keep-alive: the length, not a close, ends the answer
+            conn.recv(1)
+    return answer
+
+
+def _chunks(body, size):
+    return b"".join(b"%x;ext=1\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size])
+                    for i in range(0, len(body), size))
+
+
+FRAMINGS = {
+    "content-length-kept-alive": (_framed(
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(TASKS_BODY), TASKS_BODY),
+        hold_open=True), "ok"),
+    "chunked-with-extensions-and-trailer": (_framed(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", _chunks(TASKS_BODY, 7),
+        b"0\r\nX-Trailer: 1\r\n\r\n", hold_open=True), "ok"),
+    "interim-100-first": (_framed(
+        b"HTTP/1.1 100 Continue\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(TASKS_BODY), TASKS_BODY)), "ok"),
+    "bare-line-feeds": (_framed(
+        b"HTTP/1.1 200 OK\nContent-Length: %d\n\n%s" % (len(TASKS_BODY), TASKS_BODY)), "ok"),
+    "http-1.0-ended-by-close": (_framed(b"HTTP/1.0 200 OK\r\n\r\n", TASKS_BODY), "ok"),
+    "problem-chunked": (_framed(
+        b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n",
+        _chunks(b'{"code":"not_found","title":"x"}', 5), b"0\r\n\r\n"), "not_found"),
+    "gzip-coding": (_framed(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", _chunks(TASKS_BODY, 9),
+        b"0\r\n\r\n"), "daemon_error"),
+    "conflicting-lengths": (_framed(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(TASKS_BODY), TASKS_BODY)), "daemon_error"),
+    "chunk-cut-short": (_framed(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"40\r\n" + TASKS_BODY),
+        "daemon_error"),
+    "length-cut-short": (_framed(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 400\r\n\r\n" + TASKS_BODY), "daemon_error"),
+    "status-line-garbage": (_framed(b"HTTP/1.1 2000 OK\r\n\r\n" + TASKS_BODY), "daemon_error"),
+    "endless-header": (_framed(b"HTTP/1.1 200 OK\r\nX: " + b"y" * 200000), "daemon_error"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FRAMINGS))
+def test_every_framing_of_an_answer(hserve, config, name):
+    answer, expected = FRAMINGS[name]
+    fake = RawDaemon(answer)
+    try:
+        fake.write_daemon_json(config.data_dir)
+        server = hserve(config=config, timeout=5)
+        server.initialize()
+        code, value = call(server, "tasks", {})
+        assert code == expected, value
+        assert server.close() == 0
+    finally:
+        fake.close()
+
+
+# The timeout bounds the whole request, not each read: a daemon that trickles
+# its answer a byte at a time is cut off in time.
 def test_a_trickling_daemon_is_cut_at_the_timeout(hserve, config):
     fake = RawDaemon(_trickle)
     try:

@@ -301,11 +301,8 @@ def test_signal_exits_promptly_and_quietly(hserve, config, daemon, workspace, si
     report("signal_exit", signal=signame, state=state, seconds=round(seconds, 3), exit_code=code)
 
 
-# Not strict: whether the signal lands inside the C-level readline is a matter of timing.
-@pytest.mark.xfail(strict=False, reason="server bug: a signal that arrives while a long line is "
-                   "streaming in is only handled when the line completes: the Python-level "
-                   "handler waits for the main thread, which sits in readline() (C code, then "
-                   "a blocking read that no later signal interrupts)")
+# The signal lands while the main thread is inside a C-level readline that no
+# later byte completes: it must still be acted on at once.
 def test_signal_while_a_long_line_streams_in(hserve):
     server = hserve()
     assert server.request("ping", id="ready")["result"] == {}

@@ -2223,10 +2223,16 @@ def fold(text):
     """White space folded as str.split() sees it; controls and lone surrogates made U+FFFD."""
     if not isinstance(text, str):
         text = "" if text is None else str(text)
+    # Most texts are already folded.  A printable string holds no control, no
+    # surrogate and no white space but U+0020, so checking the spaces suffices.
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text
     return CONTROLS.sub("\ufffd", " ".join(text.split()))
 
 
 def utf16_len(text):
+    if text.isascii():
+        return len(text)
     return len(text.encode("utf-16-le", "surrogatepass")) >> 1
 
 
@@ -2245,19 +2251,34 @@ def cap_line(line):
 
 
 def claim_line(claim):
-    parts = ["- c%d %s" % (claim["number"], fold(claim.get("text")))]
+    line = "- c%d %s" % (claim["number"], fold(claim.get("text")))
     if claim.get("kind") == "decision":
-        parts.append(" (%s)" % fold(claim.get("decision_state")))
+        line += " (%s)" % fold(claim.get("decision_state"))
         rationale = fold(claim.get("rationale"))
         if rationale:
-            parts.append(" Because: " + rationale)
+            line += " Because: " + rationale
         alternatives = [alt for alt in map(fold, claim.get("alternatives") or ()) if alt]
         if alternatives:
-            parts.append(" Instead of: " + "; ".join(alternatives))
-    evidence = claim.get("evidence") or ()
+            line += " Instead of: " + "; ".join(alternatives)
+    evidence = claim.get("evidence")
     if evidence:
-        parts.append(" [" + ", ".join(map(fold, evidence)) + "]")
-    return "".join(parts)
+        line += " [" + fold_labels(evidence) + "]"
+    return line
+
+
+def fold_labels(labels):
+    """", ".join(map(fold, labels)), at once when no label needs folding.
+
+    The joined text is folded already exactly when every label is: a label's
+    stray space would show as a leading or trailing space, "  " or " ,".
+    """
+    try:
+        joined = ", ".join(labels)
+    except TypeError:
+        joined = None
+    if joined is None or fold(joined) is not joined or " ," in joined:
+        joined = ", ".join(map(fold, labels))
+    return joined
 
 
 def run_line(run):
@@ -2269,25 +2290,47 @@ def run_line(run):
 
 
 def pack_candidates(capsule):
-    """[(section, uncut line, is_claim)] in the Pack's order, every candidate."""
-    by_kind = {"next_action": [], "open_item": [], "decision": [], "fact": []}
+    """(sections, records): every candidate in the Pack's order, and its section.
+
+    Sections 0 to 3 hold claims and 4 holds Runs.  Two flat lists rather than a
+    tuple per candidate: a Capsule of 100,000 claims then allocates next to
+    nothing, so no garbage collection walks it while the Pack is made.
+    """
+    by_kind = {"next_action": ([], []), "open_item": ([], []), "decision": ([], []), "fact": ([], [])}
     for claim in capsule["claims"]:
-        if claim.get("state") == "active" and claim.get("kind") in by_kind:
-            by_kind[claim["kind"]].append(claim)
-
-    def number(claim):
-        return claim["number"]
-
-    next_action = sorted(by_kind["next_action"], key=number)[-1:]
+        if claim.get("state") == "active":
+            found = by_kind.get(claim.get("kind"))
+            if found is not None:
+                found[0].append(claim["number"])
+                found[1].append(claim)
     ordered = (
-        (0, next_action),
-        (1, sorted(by_kind["open_item"], key=number)),
-        (2, sorted(by_kind["decision"], key=number, reverse=True)),
-        (3, sorted(by_kind["fact"], key=number, reverse=True)),
+        by_number(*by_kind["next_action"])[-1:],
+        by_number(*by_kind["open_item"]),
+        by_number(*by_kind["decision"], descending=True),
+        by_number(*by_kind["fact"], descending=True),
+        capsule["runs"][::-1],
     )
-    candidates = [(section, claim_line(claim), True) for section, claims in ordered for claim in claims]
-    candidates.extend((4, run_line(run), False) for run in reversed(capsule["runs"]))
-    return candidates
+    sections, records = [], []
+    for section, found in enumerate(ordered):
+        sections += [section] * len(found)
+        records += found
+    return sections, records
+
+
+def by_number(numbers, claims, descending=False):
+    """The claims ordered by their numbers, as a stable sort orders them.
+
+    A daemon lists claims in number order, so that is checked first; sorting
+    by the numbers already gathered spares a second visit to every claim.
+    """
+    if all(low < high for low, high in zip(numbers, numbers[1:])):
+        return claims[::-1] if descending else claims
+    order = sorted(range(len(numbers)), key=numbers.__getitem__, reverse=descending)
+    return [claims[index] for index in order]
+
+
+def candidate_line(section, record):
+    return run_line(record) if section == 4 else claim_line(record)
 
 
 def pack_header(capsule):
@@ -2310,59 +2353,90 @@ def pack_header(capsule):
 
 def render_pack(capsule, budget=6000, query=None):
     """The Pack of pack.md and its figures: pack, units, claims_shown,
-    claims_left_out, runs_left_out, lines_cut."""
+    claims_left_out, runs_left_out, lines_cut.
+
+    Lines are built only as far as the budget reaches (and for the query, which
+    must see them all), so a large Capsule costs little more than its sorting.
+    """
     header = pack_header(capsule)
-    candidates = pack_candidates(capsule)
+    sections, records = pack_candidates(capsule)
+    lines = [None] * len(records)                     # (capped line, cut), built on demand
     folded_query = fold(query)
     if folded_query:
         tokens = folded_query.casefold().split(" ")
-        matching = [c for c in candidates if all(token in c[1].casefold() for token in tokens)]
-        header.append("Query: %s (%d of %d lines match)" % (folded_query, len(matching), len(candidates)))
-        candidates = matching
-    capped = [(section, cap_line(line), is_claim) for section, line, is_claim in candidates]
-    header_text = "".join(line + "\n" for line in header)
-    cut_total = sum(1 for _, (_, cut), _ in capped if cut)
+        matching = []
+        for index, record in enumerate(records):
+            line = candidate_line(sections[index], record)
+            folded_line = line.casefold()
+            if all(token in folded_line for token in tokens):
+                matching.append(index)
+                lines[index] = cap_line(line)
+        header.append("Query: %s (%d of %d lines match)" % (folded_query, len(matching), len(records)))
+        sections = [sections[index] for index in matching]
+        records = [records[index] for index in matching]
+        lines = [lines[index] for index in matching]
 
-    def cost(index):
-        section, (line, _), _ = capped[index]
-        extra = 0
-        if index == 0 or capped[index - 1][0] != section:
-            extra = 2 + utf16_len(SECTIONS[section])
-        return utf16_len(line) + 1 + extra
+    def capped(index):
+        if lines[index] is None:
+            lines[index] = cap_line(candidate_line(sections[index], records[index]))
+        return lines[index]
 
-    used = utf16_len(header_text)
-    costs = [cost(index) for index in range(len(capped))]
-    if cut_total == 0 and used + sum(costs) <= budget:
-        shown = len(capped)
-        footer = None
-    else:
-        claims_total = sum(1 for c in capped if c[2])
-        reserve = 2 + utf16_len(FOOTER % (claims_total, len(capped) - claims_total, cut_total))
-        shown = 0
-        for price in costs:
-            if used + price + reserve > budget:
+    prices = []                                       # what each candidate costs, as far as looked
+
+    def price(index):
+        line_units = utf16_len(capped(index)[0]) + 1
+        if index == 0 or sections[index - 1] != sections[index]:
+            return line_units + 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
+        return line_units
+
+    def fill(room):
+        """How many candidates, taken in order, fit in `room` units."""
+        used = shown = 0
+        while shown < len(records):
+            if shown == len(prices):
+                prices.append(price(shown))
+            cost = prices[shown]
+            if used + cost > room:
                 break
-            used += price
+            used += cost
             shown += 1
-        footer = True
+        return shown
+
+    header_text = "".join(line + "\n" for line in header)
+    room = budget - utf16_len(header_text)
+    shown = fill(room)                                # builds the lines the budget reaches
+    built = [line for line in lines if line is not None]
+    known_cut = sum(1 for _, cut in built if cut)
+    footer = known_cut > 0 or shown < len(records)
+    if footer:
+        # Rule 2's reserve counts the cut lines of every candidate, but only its
+        # number of digits matters.  When the fewest and the most cut lines the
+        # unbuilt candidates could hold give the same filling, that is the
+        # filling, and those lines are never built.
+        runs_total = sections.count(4)
+
+        def fill_reserving(cut_total):
+            reserve = 2 + utf16_len(FOOTER % (len(records) - runs_total, runs_total, cut_total))
+            return fill(room - reserve)
+
+        shown = fill_reserving(known_cut)
+        if shown != fill_reserving(known_cut + len(records) - len(built)):
+            shown = fill_reserving(sum(1 for index in range(len(records)) if capped(index)[1]))
 
     parts = [header_text]
     for index in range(shown):
-        section, (line, _), _ = capped[index]
-        if index == 0 or capped[index - 1][0] != section:
-            parts.append("\n" + SECTIONS[section] + "\n")
-        parts.append(line + "\n")
-    included = capped[:shown]
-    claims_shown = sum(1 for c in included if c[2])
-    claims_left_out = sum(1 for c in capped[shown:] if c[2])
-    runs_left_out = len(capped) - shown - claims_left_out
-    lines_cut = sum(1 for _, (_, cut), _ in included if cut)
+        if index == 0 or sections[index - 1] != sections[index]:
+            parts.append("\n" + SECTIONS[sections[index]] + "\n")
+        parts.append(capped(index)[0] + "\n")
+    runs_left_out = sections[shown:].count(4)
+    claims_left_out = len(records) - shown - runs_left_out
+    lines_cut = sum(1 for index in range(shown) if capped(index)[1])
     # Rule 3: the footer only when something was left out or cut; a header
     # over the budget with no candidate at all has nothing to report.
     if footer and (claims_left_out or runs_left_out or lines_cut):
         parts.append("\n" + FOOTER % (claims_left_out, runs_left_out, lines_cut) + "\n")
     pack = "".join(parts)
-    return {"pack": pack, "units": utf16_len(pack), "claims_shown": claims_shown,
+    return {"pack": pack, "units": utf16_len(pack), "claims_shown": shown - sections[:shown].count(4),
             "claims_left_out": claims_left_out, "runs_left_out": runs_left_out,
             "lines_cut": lines_cut}
 

@@ -1,0 +1,241 @@
+"""The Pack against a plain reading of pack.md, on generated Capsules.
+
+`render_pack` builds only the lines the budget reaches (the footer's count of
+cut lines is settled without the rest whenever its digits cannot change the
+filling) and skips folding for texts that need none; this file holds an eager implementation written
+straight from pack.md, with no shortcut, and checks that the two agree on
+Capsules full of what the shortcuts must notice: white space of every kind,
+controls, lone surrogates, astral characters, lines around the 300-unit cap,
+odd field types, budgets from nothing to everything, and queries.
+"""
+
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import memprove_mcp as mp  # noqa: E402
+
+# -- the reference: pack.md read literally -------------------------------------
+
+CAP = 300
+HEADINGS = ("Next action:", "Open items:", "Decisions:", "Facts:", "Runs:")
+
+
+def units(text):
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def ref_fold(value):
+    text = "" if value is None else value if isinstance(value, str) else str(value)
+    text = " ".join(text.split())
+    return "".join("\ufffd" if unicodedata.category(char) in ("Cc", "Cs") else char for char in text)
+
+
+def ref_claim_line(claim):
+    line = "- c%d %s" % (claim["number"], ref_fold(claim.get("text")))
+    if claim.get("kind") == "decision":
+        line += " (%s)" % ref_fold(claim.get("decision_state"))
+        if ref_fold(claim.get("rationale")):
+            line += " Because: " + ref_fold(claim.get("rationale"))
+        alternatives = [ref_fold(alt) for alt in claim.get("alternatives") or []]
+        alternatives = [alt for alt in alternatives if alt]
+        if alternatives:
+            line += " Instead of: " + "; ".join(alternatives)
+    if claim.get("evidence"):
+        line += " [" + ", ".join(ref_fold(label) for label in claim["evidence"]) + "]"
+    return line
+
+
+def ref_run_line(run):
+    if run.get("passed") is True:
+        return "- %s passed %s (%s)" % (ref_fold(run["label"]), ref_fold(run.get("command")),
+                                        ref_fold(run.get("finished_at")))
+    return "- %s failed (exit %s) %s (%s)" % (ref_fold(run["label"]), run.get("exit_code"),
+                                              ref_fold(run.get("command")),
+                                              ref_fold(run.get("finished_at")))
+
+
+def ref_cap(line):
+    if units(line) <= CAP:
+        return line, False
+    cut = ""
+    for char in line:
+        if units(cut + char) > CAP - 1:
+            break
+        cut += char
+    return cut + "\u2026", True
+
+
+def ref_render(capsule, budget, query):
+    task, ledger = capsule["task"], capsule["ledger"]
+    sessions = capsule["sessions"]
+    opened = sorted((s for s in sessions if s["state"] == "open"), key=lambda s: s["number"])
+    closed = len([s for s in sessions if s["state"] in ("ended", "abandoned")])
+    header = ["Task %d: %s [%s]" % (task["number"], ref_fold(task["title"]), ref_fold(task["status"]))]
+    if opened:
+        header.append("Sessions: %d open (%s), %d closed" % (len(opened), ", ".join(
+            "s%d %s/%s" % (s["number"], ref_fold(s["agent"]["name"]), ref_fold(s["agent"]["role"]))
+            for s in opened), closed))
+    else:
+        header.append("Sessions: 0 open, %d closed" % closed)
+    header.append("Ledger: %d entries, head %s" % (ledger["entries"], ref_fold(ledger["head"])[:12]))
+
+    active = [c for c in capsule["claims"] if c.get("state") == "active"]
+
+    def of_kind(kind):
+        return sorted((c for c in active if c.get("kind") == kind), key=lambda c: c["number"])
+
+    candidates = [(0, ref_claim_line(c), True) for c in of_kind("next_action")[-1:]]
+    candidates += [(1, ref_claim_line(c), True) for c in of_kind("open_item")]
+    candidates += [(2, ref_claim_line(c), True) for c in reversed(of_kind("decision"))]
+    candidates += [(3, ref_claim_line(c), True) for c in reversed(of_kind("fact"))]
+    candidates += [(4, ref_run_line(r), False) for r in reversed(capsule["runs"])]
+    folded = ref_fold(query)
+    if folded:
+        tokens = folded.casefold().split(" ")
+        matching = [c for c in candidates if all(t in c[1].casefold() for t in tokens)]
+        header.append("Query: %s (%d of %d lines match)" % (folded, len(matching), len(candidates)))
+        candidates = matching
+    capped = [(section, ref_cap(line), is_claim) for section, line, is_claim in candidates]
+
+    def layout(chosen):
+        text, previous = "", None
+        for section, (line, _), _ in chosen:
+            if section != previous:
+                text += "\n" + HEADINGS[section] + "\n"
+                previous = section
+            text += line + "\n"
+        return text
+
+    head = "".join(line + "\n" for line in header)
+    cut_anywhere = any(cut for _, (_, cut), _ in capped)
+    if not cut_anywhere and units(head + layout(capped)) <= budget:
+        return head + layout(capped), len(capped)
+    a = len([c for c in capped if c[2]])
+    reserve = 2 + units(mp.FOOTER % (a, len(capped) - a, len([c for c in capped if c[1][1]])))
+    used, shown = units(head), 0
+    for index, (section, (line, _), _) in enumerate(capped):
+        price = units(line) + 1
+        if index == 0 or capped[index - 1][0] != section:
+            price += 1 + units(HEADINGS[section]) + 1
+        if used + price + reserve > budget:
+            break
+        used += price
+        shown += 1
+    chosen, rest = capped[:shown], capped[shown:]
+    claims_out = len([c for c in rest if c[2]])
+    runs_out = len(rest) - claims_out
+    cut = len([c for c in chosen if c[1][1]])
+    pack = head + layout(chosen)
+    if claims_out or runs_out or cut:
+        pack += "\n" + mp.FOOTER % (claims_out, runs_out, cut) + "\n"
+    return pack, shown
+
+
+# -- generated Capsules --------------------------------------------------------
+
+ALPHABET = ["a", "b", "Z", "0", " ", " ", "\t", "\n", "\x07", "\x85", "\xa0", "\u3000", "\u2028",
+            "\ufffd", "\ud800", "\udc80", "\U0001F680", ",", ";", "é", "ß"]
+
+
+def texts(max_size):
+    return st.one_of(
+        st.text(alphabet=st.sampled_from(ALPHABET), max_size=max_size),
+        st.builds(lambda n, tail: "w" * n + tail, st.one_of(st.integers(270, 300), st.integers(140, 330)),
+                  st.text(alphabet=st.sampled_from(ALPHABET), max_size=6)),
+        st.builds(lambda n, tail: "\U0001F680" * n + tail, st.integers(60, 160),  # 2 units each
+                  st.text(alphabet=st.sampled_from(ALPHABET), max_size=6)),
+    )
+
+
+odd_value = st.sampled_from([None, 0, 7, 2.5, True, ["x"]])
+label = st.one_of(st.sampled_from(["r1", "r12", "r3 ", " r4", "", " ", "a ,b"]), texts(6))
+
+
+@st.composite
+def claims(draw, number):
+    kind = draw(st.sampled_from(["fact", "open_item", "decision", "next_action", "other"]))
+    record = {"number": number, "kind": kind,
+              "state": draw(st.sampled_from(["active", "active", "active", "withdrawn"])),
+              "text": draw(st.one_of(texts(330), odd_value)),
+              "evidence": draw(st.one_of(st.lists(label, max_size=4), st.just(None)))}
+    if kind == "decision":
+        record["decision_state"] = draw(st.one_of(st.sampled_from(["accepted", "proposed"]), odd_value))
+        record["rationale"] = draw(st.one_of(texts(200), odd_value))
+        record["alternatives"] = draw(st.one_of(st.lists(texts(40), max_size=3), st.just(None)))
+    return record
+
+
+@st.composite
+def runs(draw, index):
+    passed = draw(st.booleans())
+    return {"label": draw(st.one_of(st.just("r%d" % index), texts(8))), "passed": passed,
+            "exit_code": draw(st.one_of(st.integers(-3, 300), st.just(-999999999), st.just(10 ** 12), st.just(None))),
+            "command": draw(st.one_of(texts(330), st.just(None))),
+            "finished_at": draw(st.one_of(st.just("2026-01-02T03:04:05Z"), st.just(None)))}
+
+
+@st.composite
+def capsules(draw):
+    numbers = draw(st.lists(st.one_of(st.integers(1, 400), st.just(999999999), st.just(10 ** 12)), max_size=25, unique=True))
+    return {
+        "task": {"number": 3, "title": draw(texts(40)), "status": "active"},
+        "sessions": [{"number": 1, "state": "open", "agent": {"name": "claude-code", "role": "implementer"}},
+                     {"number": 2, "state": "ended", "agent": {"name": "x", "role": "y"}}],
+        "claims": [draw(claims(number)) for number in numbers],
+        "runs": [draw(runs(index + 1)) for index in range(draw(st.integers(0, 6)))],
+        "ledger": {"entries": 9, "head": "ab" * 32},
+    }
+
+
+budgets = st.one_of(st.integers(0, 4000), st.just(6000), st.just(10 ** 9))
+queries = st.one_of(st.none(), st.sampled_from(["", "  ", "w", "r1", "a b", "W", "\u2026", "- c"]),
+                    texts(5))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(capsule=capsules(), budget=budgets, query=queries)
+def test_render_pack_agrees_with_a_literal_reading_of_pack_md(capsule, budget, query):
+    result = mp.render_pack(capsule, budget, query)
+    pack, shown = ref_render(capsule, budget, query)
+    assert result["pack"] == pack
+    assert result["units"] == units(pack)
+    assert result["claims_shown"] + (shown - result["claims_shown"]) == shown
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.one_of(texts(60), odd_value))
+def test_fold_agrees_with_pack_md(value):
+    assert mp.fold(value) == ref_fold(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(labels=st.lists(label, max_size=5))
+def test_evidence_labels_fold_one_by_one(labels):
+    assert mp.fold_labels(labels) == ", ".join(ref_fold(item) for item in labels)
+
+
+def test_a_budget_where_the_count_of_cut_lines_decides():
+    # Ten cut lines past the budget make the footer's "Lines cut" two digits
+    # long; at some budget that one unit decides whether a line goes in, and
+    # render_pack must then look at the lines it would rather not build.
+    claims = [{"number": n, "kind": "fact", "state": "active", "text": "long %d " % n + "w" * 400}
+              for n in range(1, 11)]
+    claims.append({"number": 11, "kind": "fact", "state": "active", "text": "short"})
+    capsule = {"task": {"number": 1, "title": "T", "status": "active"}, "sessions": [],
+               "claims": claims, "runs": [], "ledger": {"entries": 1, "head": "ab" * 32}}
+    deciding = []
+    for budget in range(0, 700):
+        pack, _ = ref_render(capsule, budget, None)
+        assert mp.render_pack(capsule, budget)["pack"] == pack, budget
+        with_one_digit = ref_render(dict(capsule, claims=claims[-1:] + claims[:9]), budget, None)[0]
+        if ("- c11 short" in pack) != ("- c11 short" in with_one_digit):
+            deciding.append(budget)
+    assert deciding, "no budget exercised the reserve's digits"

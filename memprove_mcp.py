@@ -860,8 +860,11 @@ def as_integer(value, name):
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):
-        if value.isascii() and value.isdigit() and len(value) <= 18:
-            return int(value)
+        if value.isascii() and value.isdigit():
+            try:
+                return int(value)        # as long as the same number written bare
+            except ValueError:
+                pass                     # over the interpreter's 4,300 digits
         if UUID_SHAPE.match(value.strip()):
             base = (name or "").split("[")[0].split(".")[0]
             source = NUMBER_SOURCES.get(base)
@@ -1831,6 +1834,7 @@ def update_context(root, change):
     with open(os.path.join(directory, "context.lock"), "a+b") as lock:
         lock_exclusively(lock)
         try:
+            remove_stale_temporaries(directory)
             current, error = read_context(root)
             replacement = change(None if error else current)
             if replacement is not None:
@@ -1841,9 +1845,27 @@ def update_context(root, change):
             unlock(lock)
 
 
+def remove_stale_temporaries(directory):
+    """Delete what a writer killed mid-write left: under the lock, no other
+    writer can have a temporary file of its own in the making."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(TEMPORARY_PREFIX) and name.endswith(".tmp"):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+TEMPORARY_PREFIX = ".context."
+
+
 def replace_file(path, data):
-    import tempfile
-    handle, temporary = tempfile.mkstemp(prefix=".context.", suffix=".tmp", dir=os.path.dirname(path))
+    temporary = os.path.join(os.path.dirname(path), "%s%s.tmp" % (TEMPORARY_PREFIX, os.urandom(6).hex()))
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)

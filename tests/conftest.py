@@ -55,6 +55,7 @@ validation_failed idempotency_key_reused
 """.split())
 RPC_CODES = frozenset(["-32700", "-32600", "-32601", "-32602", "-32603", "-32022"])
 OTHER_OUTCOMES = frozenset(["ok", "notification", "response", "cancelled"])
+DAEMON_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
 
 LOG_LINE = re.compile(
     r"memprove-mcp (?P<era>modern|legacy|-) (?P<method>-|\".*?) id=(?P<id>-|-?[0-9]+|\".*?) "
@@ -327,7 +328,10 @@ def parse_log(line):
     assert len(fields["method"]) <= 64 and len(fields["id"]) <= 64, line
     assert fields["tool"] in EXPECTED_TOOLS or fields["tool"] in ("?", "-"), line
     outcome = fields["outcome"]
-    assert outcome in OTHER_OUTCOMES or outcome in PROBLEM_CODES or outcome in RPC_CODES, line
+    # A daemon may send a code of its own (contract.md §4 lets it); the log shows
+    # it when it is well formed, so any such code is a valid outcome.
+    assert outcome in OTHER_OUTCOMES or outcome in PROBLEM_CODES or outcome in RPC_CODES or \
+        DAEMON_CODE.match(outcome), line
     return fields
 
 

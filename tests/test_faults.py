@@ -533,6 +533,9 @@ FRAMINGS = {
     "problem-chunked": (_framed(
         b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n",
         _chunks(b'{"code":"not_found","title":"x"}', 5), b"0\r\n\r\n"), "not_found"),
+    "problem-of-its-own": (_framed(
+        b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 25\r\n\r\n{\"code\":\"quota_exceeded\"}"),
+        "quota_exceeded"),
     "gzip-coding": (_framed(
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", _chunks(TASKS_BODY, 9),
         b"0\r\n\r\n"), "daemon_error"),

@@ -553,7 +553,15 @@ def test_killed_mid_write_leaves_a_whole_context(hserve, config, daemon, workspa
         kills += 1
         assert_sound_context(workspace)
         temporaries += len(leftovers(workspace))
-        for name in leftovers(workspace):
-            (memprove_dir(workspace) / name).unlink()
+    # What a killed writer left, the next write removes; nothing else goes.
+    (memprove_dir(workspace) / (TEMPORARY_PREFIX + "planted.tmp")).write_bytes(b"{")
+    (memprove_dir(workspace) / "notes.tmp").write_bytes(b"mine")
+    server = hserve(config=config, timeout=5)
+    server.initialize()
+    assert call(server, "begin", {"new_task": "After the kills"})[0] == "ok"
+    assert server.close() == 0
+    assert leftovers(workspace) == []
+    assert (memprove_dir(workspace) / "notes.tmp").read_bytes() == b"mine"
+    assert_sound_context(workspace)
     report("context_killed_mid_write", kills=kills, whole_context_after_each=True,
-           temporary_files_left=temporaries)
+           temporary_files_left_by_kills=temporaries, temporary_files_left_after_next_write=0)

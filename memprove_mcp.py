@@ -43,6 +43,7 @@ import re
 import sys
 import threading
 import time
+from bisect import bisect_right
 
 # ---------------------------------------------------------------------------
 # 1. Constants and Problems
@@ -2403,7 +2404,7 @@ def render_pack(capsule, budget=6000, query=None):
             lines[index] = cap_line(candidate_line(sections[index], records[index]))
         return lines[index]
 
-    prices = []                                       # what each candidate costs, as far as looked
+    totals = []                                       # running cost of the candidates, as far as priced
 
     def price(index):
         line_units = utf16_len(capped(index)[0]) + 1
@@ -2413,16 +2414,12 @@ def render_pack(capsule, budget=6000, query=None):
 
     def fill(room):
         """How many candidates, taken in order, fit in `room` units."""
-        used = shown = 0
-        while shown < len(records):
-            if shown == len(prices):
-                prices.append(price(shown))
-            cost = prices[shown]
-            if used + cost > room:
-                break
-            used += cost
-            shown += 1
-        return shown
+        if not totals or totals[-1] <= room:
+            used = totals[-1] if totals else 0
+            while len(totals) < len(records) and used <= room:
+                used += price(len(totals))
+                totals.append(used)
+        return bisect_right(totals, room)
 
     header_text = "".join(line + "\n" for line in header)
     room = budget - utf16_len(header_text)
@@ -2442,7 +2439,7 @@ def render_pack(capsule, budget=6000, query=None):
             return fill(room - reserve)
 
         shown = fill_reserving(known_cut)
-        if shown != fill_reserving(known_cut + len(records) - len(built)):
+        if len(built) < len(records) and shown != fill_reserving(known_cut + len(records) - len(built)):
             shown = fill_reserving(sum(1 for index in range(len(records)) if capped(index)[1]))
 
     parts = [header_text]

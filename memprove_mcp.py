@@ -2406,19 +2406,18 @@ def render_pack(capsule, budget=6000, query=None):
 
     totals = []                                       # running cost of the candidates, as far as priced
 
-    def price(index):
-        line_units = utf16_len(capped(index)[0]) + 1
-        if index == 0 or sections[index - 1] != sections[index]:
-            return line_units + 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
-        return line_units
-
     def fill(room):
         """How many candidates, taken in order, fit in `room` units."""
-        if not totals or totals[-1] <= room:
-            used = totals[-1] if totals else 0
-            while len(totals) < len(records) and used <= room:
-                used += price(len(totals))
-                totals.append(used)
+        used = totals[-1] if totals else 0
+        while len(totals) < len(records) and used <= room:   # price more of them
+            index = len(totals)
+            line = lines[index]
+            if line is None:
+                line = lines[index] = cap_line(candidate_line(sections[index], records[index]))
+            used += utf16_len(line[0]) + 1
+            if index == 0 or sections[index - 1] != sections[index]:
+                used += 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
+            totals.append(used)
         return bisect_right(totals, room)
 
     header_text = "".join(line + "\n" for line in header)

@@ -864,8 +864,8 @@ def as_integer(value, name):
         if value.isascii() and value.isdigit():
             try:
                 return int(value)        # as long as the same number written bare
-            except ValueError:
-                pass                     # over the interpreter's 4,300 digits
+            except ValueError:           # over the interpreter's 4,300 digits, as JSON would be
+                raise invalid("%s has too many digits." % where)
         if UUID_SHAPE.match(value.strip()):
             base = (name or "").split("[")[0].split(".")[0]
             source = NUMBER_SOURCES.get(base)
@@ -1674,7 +1674,7 @@ def read_daemon_url(data_dir):
     try:
         record = json.loads(read_regular(os.path.join(data_dir, "daemon.json"), 65536)[0]
                             .decode("utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         raise Problem("daemon_unavailable")
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         raise Problem("daemon_unavailable")
@@ -1683,8 +1683,8 @@ def read_daemon_url(data_dir):
 
 def timeout_setting(environ):
     raw = environ.get("MEMPROVE_TIMEOUT")
-    if not raw:
-        return None
+    if not raw or not raw.isascii() or "_" in raw:
+        return None                      # float() would also read "1_0" and full-width digits
     try:
         seconds = float(raw)
     except ValueError:
@@ -2194,10 +2194,10 @@ def check_daemon_url(url):
         raise Problem("daemon_address_refused")   # it would not fit in a request line
     try:
         parts = urlsplit(url)
-        host, port = parts.hostname, parts.port or 80
+        host, port = parts.hostname, 80 if parts.port is None else parts.port
     except ValueError:
         raise Problem("daemon_address_refused")
-    if parts.scheme != "http" or not host or parts.username or parts.password:
+    if parts.scheme != "http" or not host or "@" in parts.netloc or port == 0:
         raise Problem("daemon_address_refused")
     if host == "localhost":
         address = resolve_loopback(host, port)

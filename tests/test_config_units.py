@@ -1,0 +1,516 @@
+"""Unit tests of configuration resolution and argument validation.
+
+No subprocess, no daemon: the functions of memprove_mcp.py's sections 5 and 8
+are called directly.  Every expected value is written out by hand from
+shared/spec/contract.md (§1 configuration, §2 Workspace) and shared/spec/tools.md
+(argument rules); nothing is computed by calling the function under test.
+"""
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+import memprove_mcp as mp  # noqa: E402
+
+POSIX_ONLY = pytest.mark.skipif(os.name == "nt", reason="POSIX file modes, FIFOs and symlinks")
+WINDOWS_ONLY = pytest.mark.skipif(os.name != "nt", reason="APPDATA is read on Windows only")
+PLANTED = "ZQXJ-planted-7731"   # a value no hint may repeat
+UUID = "0b9d2c1e-4f6a-4b8e-9c3d-2a1f0e9b8c7d"
+
+
+def raises_problem(code, function, *args):
+    with pytest.raises(mp.Problem) as caught:
+        function(*args)
+    assert caught.value.code == code
+    return caught.value
+
+
+def code_of(function, *args):
+    try:
+        function(*args)
+    except mp.Problem as problem:
+        return problem.code
+    return "no problem"
+
+
+def schema_of(tool_name):
+    return next(entry for entry in mp.TOOLS if entry["name"] == tool_name)["inputSchema"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh home directory for `~` (HOME on POSIX, USERPROFILE on Windows)."""
+    place = tmp_path.resolve() / "home"
+    place.mkdir()
+    monkeypatch.setenv("HOME", str(place))
+    monkeypatch.setenv("USERPROFILE", str(place))
+    return place
+
+
+@pytest.fixture
+def config(tmp_path):
+    place = tmp_path.resolve() / "config"
+    place.mkdir()
+    return place
+
+
+# --------------------------------------------------------------------------
+# config_directory: --config-dir > MEMPROVE_CONFIG_DIR > XDG_CONFIG_HOME/memprove
+# > (Windows) APPDATA\memprove > ~/.config/memprove
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("option, env_names, expected", [
+    ("opt", ("MEMPROVE_CONFIG_DIR", "XDG_CONFIG_HOME", "APPDATA"), ("opt",)),   # option first
+    (None, ("MEMPROVE_CONFIG_DIR", "XDG_CONFIG_HOME", "APPDATA"), ("env",)),    # then the variable
+    (None, ("XDG_CONFIG_HOME", "APPDATA"), ("xdg", "memprove")),                # then XDG
+    ("", ("EMPTY_CONFIG_DIR", "XDG_CONFIG_HOME"), ("xdg", "memprove")),         # empty = unset
+])
+def test_config_directory_order(tmp_path, home, option, env_names, expected):
+    values = {"MEMPROVE_CONFIG_DIR": str(tmp_path / "env"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+              "APPDATA": str(tmp_path / "appdata"), "EMPTY_CONFIG_DIR": ""}
+    env = dict((name.replace("EMPTY_", "MEMPROVE_"), values[name]) for name in env_names)
+    option = str(tmp_path / option) if option else option
+    assert mp.config_directory(option, env) == str(tmp_path.joinpath(*expected))
+
+
+@POSIX_ONLY
+def test_config_default_is_dot_config_under_home(home):
+    assert mp.config_directory(None, {}) == str(home / ".config" / "memprove")
+
+
+@WINDOWS_ONLY
+def test_config_appdata_on_windows(tmp_path, home):
+    assert mp.config_directory(None, {"APPDATA": str(tmp_path / "appdata")}) == \
+        str(tmp_path / "appdata" / "memprove")
+
+
+@pytest.mark.parametrize("option, env, tail", [
+    ("~/opt", {}, ("opt",)),
+    (None, {"XDG_CONFIG_HOME": "~/xdg"}, ("xdg", "memprove")),
+])
+def test_config_tilde_is_expanded(home, option, env, tail):
+    assert mp.config_directory(option, env) == str(home.joinpath(*tail))
+
+
+def test_config_relative_option_becomes_absolute(tmp_path, home, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = mp.config_directory("relative-cfg", {})
+    assert os.path.isabs(result)
+    assert result == os.path.join(os.getcwd(), "relative-cfg")
+
+
+# --------------------------------------------------------------------------
+# token_source / read_token: MEMPROVE_TOKEN > MEMPROVE_TOKEN_FILE > <config>/token
+# --------------------------------------------------------------------------
+
+def write(path, data, mode=0o600):
+    """Make `path`: None leaves it absent, "directory" makes a directory, else a file."""
+    if data == "directory":
+        Path(path).mkdir()
+    elif data is not None:
+        Path(path).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+        os.chmod(path, mode)
+    return str(path)
+
+
+@pytest.mark.parametrize("env_keys, expected", [
+    (("MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE"), "MEMPROVE_TOKEN"),
+    (("MEMPROVE_TOKEN_FILE",), "MEMPROVE_TOKEN_FILE"),
+    ((), "config"),
+])
+def test_token_source_order(tmp_path, config, env_keys, expected):
+    write(config / "token", "config-token")
+    path = write(tmp_path / "t", "file-token")
+    env = {"MEMPROVE_TOKEN": "env-token", "MEMPROVE_TOKEN_FILE": path}
+    env = dict((key, env[key]) for key in env_keys)
+    files = {"MEMPROVE_TOKEN": None, "MEMPROVE_TOKEN_FILE": path, "config": str(config / "token")}
+    tokens = {"MEMPROVE_TOKEN": "env-token", "MEMPROVE_TOKEN_FILE": "file-token", "config": "config-token"}
+    assert mp.token_source(env, str(config)) == (expected, files[expected])
+    assert mp.read_token(env, str(config)) == (tokens[expected], False)
+
+
+def test_token_nothing_set_is_missing(config):
+    assert mp.token_source({"MEMPROVE_TOKEN": "", "MEMPROVE_TOKEN_FILE": ""}, str(config)) == (None, None)
+    raises_problem("token_missing", mp.read_token, {}, str(config))
+
+
+@pytest.mark.parametrize("env", [
+    {"MEMPROVE_TOKEN_FILE": "no-such-file"},     # a mistyped file never falls through
+    {"MEMPROVE_TOKEN": " \t "},                  # nor does a blank variable
+    {"MEMPROVE_TOKEN_FILE": "."},                 # a directory is no token file
+])
+def test_token_set_source_unusable_never_falls_through(tmp_path, config, env):
+    write(config / "token", "config-token")
+    if "MEMPROVE_TOKEN_FILE" in env:
+        env = {"MEMPROVE_TOKEN_FILE": str(tmp_path / env["MEMPROVE_TOKEN_FILE"])}
+    raises_problem("token_missing", mp.read_token, env, str(config))
+
+
+@pytest.mark.parametrize("content", ["", "\nsecond-line-token\n"])
+def test_read_token_empty_first_line_is_missing(tmp_path, config, content):
+    env = {"MEMPROVE_TOKEN_FILE": write(tmp_path / "t", content)}
+    raises_problem("token_missing", mp.read_token, env, str(config))
+
+
+def test_read_token_variable_stripped_printable_bounds_kept(config):
+    assert mp.read_token({"MEMPROVE_TOKEN": "  !tok-123~\t\n"}, str(config)) == ("!tok-123~", False)
+
+
+@pytest.mark.parametrize("content", ["first-token\nsecond-token\n", "  first-token  \r\nsecond-token"])
+def test_read_token_file_first_line_stripped(tmp_path, config, content):
+    env = {"MEMPROVE_TOKEN_FILE": write(tmp_path / "t", content)}
+    assert mp.read_token(env, str(config))[0] == "first-token"
+
+
+@pytest.mark.parametrize("raw", ["tok en", "t\u00f6ken", "tok\x7f", b"tok\xffen\n"])
+def test_read_token_outside_printable_ascii_is_malformed(tmp_path, config, raw):
+    env = {"MEMPROVE_TOKEN": raw} if isinstance(raw, str) else \
+        {"MEMPROVE_TOKEN_FILE": write(tmp_path / "t", raw)}      # bytes: from a file
+    raises_problem("token_malformed", mp.read_token, env, str(config))
+
+
+@POSIX_ONLY
+def test_read_token_fifo_is_missing_without_blocking(tmp_path, config):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(str(fifo))
+    outcome = []
+    worker = threading.Thread(daemon=True, target=lambda: outcome.append(
+        code_of(mp.read_token, {"MEMPROVE_TOKEN_FILE": str(fifo)}, str(config))))
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "read_token blocked on a FIFO"
+    assert outcome == ["token_missing"]
+
+
+@POSIX_ONLY
+@pytest.mark.parametrize("mode, too_open", [(0o600, False), (0o640, True), (0o604, True)])
+def test_read_token_file_mode_flags_group_or_others(tmp_path, config, mode, too_open):
+    env = {"MEMPROVE_TOKEN_FILE": write(tmp_path / "t", "mode-token\n", mode)}
+    assert mp.read_token(env, str(config)) == ("mode-token", too_open)
+
+
+@pytest.mark.parametrize("content", [PLANTED + " with space", "\n" + PLANTED])
+def test_token_problems_never_show_token_or_path(tmp_path, config, content):
+    path = write(tmp_path / "secret-token-file", content)
+    problem = raises_problem(
+        "token_malformed" if not content.startswith("\n") else "token_missing",
+        mp.read_token, {"MEMPROVE_TOKEN_FILE": path}, str(config))
+    for shown in (problem.text(), problem.hint or ""):
+        assert PLANTED not in shown
+        assert "secret-token-file" not in shown
+
+
+# --------------------------------------------------------------------------
+# data_directory: MEMPROVE_DATA_DIR, else <config>/data-dir (relative to config)
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variable, line, expected, source", [
+    ("{T}/from-env", "{T}/from-file\n", "{T}/from-env", "MEMPROVE_DATA_DIR"),   # the variable wins
+    ("", "{T}/from-file\n", "{T}/from-file", "config"),                         # empty = unset
+    (None, " nested/data \nsecond-line\n", "{C}/nested/data", "config"),        # relative to config
+    (None, "\t{T}/abs-data \r\n", "{T}/abs-data", "config"),                     # absolute, stripped
+])
+def test_data_dir_sources(tmp_path, config, variable, line, expected, source):
+    where = dict(T=str(tmp_path.resolve()), C=str(config))
+    write(config / "data-dir", line.format(**where))
+    env = {} if variable is None else {"MEMPROVE_DATA_DIR": variable.format(**where)}
+    assert mp.data_directory(env, str(config)) == (os.path.normpath(expected.format(**where)), source)
+
+
+@pytest.mark.parametrize("content", [None, "  \n\n", "directory"])
+def test_data_dir_missing_or_empty(config, content):
+    write(config / "data-dir", content)
+    raises_problem("data_dir_missing", mp.data_directory, {}, str(config))
+
+
+# --------------------------------------------------------------------------
+# read_daemon_url: <data dir>/daemon.json's "url"
+# --------------------------------------------------------------------------
+
+def test_daemon_url_read_from_daemon_json(tmp_path):
+    write(tmp_path / "daemon.json", '{"url": "http://127.0.0.1:47311", "pid": 4242}')
+    assert mp.read_daemon_url(str(tmp_path)) == "http://127.0.0.1:47311"
+
+
+@pytest.mark.parametrize("content", [None, "not json", "[1, 2]", '{"url": 47311}', "directory",
+                                     "[" * 60000])
+def test_daemon_url_unusable_file_is_unavailable(tmp_path, content):
+    write(tmp_path / "daemon.json", content)
+    raises_problem("daemon_unavailable", mp.read_daemon_url, str(tmp_path))
+
+
+# --------------------------------------------------------------------------
+# timeout_setting: MEMPROVE_TIMEOUT, a positive finite number of seconds
+# --------------------------------------------------------------------------
+
+def test_timeout_positive_number_accepted():
+    assert mp.timeout_setting({"MEMPROVE_TIMEOUT": "5"}) == 5.0
+    assert mp.timeout_setting({"MEMPROVE_TIMEOUT": "0.25"}) == 0.25
+
+
+@pytest.mark.parametrize("raw", [None, "", "abc", "0", "-1", "inf", "nan", "1_0", "\uff11\uff10"])
+def test_timeout_unset_or_unfit_is_none(raw):
+    assert mp.timeout_setting({} if raw is None else {"MEMPROVE_TIMEOUT": raw}) is None
+
+
+# --------------------------------------------------------------------------
+# find_workspace: nearest .memprove/ wins, a .git stops the climb, home is off limits
+# --------------------------------------------------------------------------
+
+@pytest.fixture
+def tree(tmp_path, home):
+    """tmp/w/a/b with HOME at tmp/home (so the climb stops below tmp)."""
+    base = tmp_path.resolve() / "w"
+    (base / "a" / "b").mkdir(parents=True)
+    return base
+
+
+def test_workspace_start_is_claude_project_dir(tree, monkeypatch):
+    (tree / "a" / ".memprove").mkdir()
+    monkeypatch.chdir(tree)
+    env = {"CLAUDE_PROJECT_DIR": str(tree / "a" / "b")}
+    assert mp.find_workspace(env) == (str(tree / "a"), "CLAUDE_PROJECT_DIR", True)
+
+
+def test_workspace_start_is_working_directory(tree, monkeypatch):
+    (tree / "a" / ".memprove").mkdir()
+    monkeypatch.chdir(tree / "a" / "b")
+    assert mp.find_workspace({"CLAUDE_PROJECT_DIR": ""}) == (str(tree / "a"), "working directory", True)
+
+
+# (markers made under tmp/w: path -> "dir" or "file"), start, expected root, marked
+@pytest.mark.parametrize("markers, start, root, marked", [
+    ({".memprove": "dir", "a/.memprove": "dir"}, "a/b", "a", True),        # nearest wins
+    ({"a/b/.memprove": "dir"}, "a/b", "a/b", True),                        # the start itself
+    ({"a/.git": "dir", "a/.memprove": "dir"}, "a/b", "a", True),           # beside the repo root
+    ({".git": "dir", "a/.memprove": "dir"}, "a/b", "a", True),             # below the repo root
+    ({".memprove": "dir", "a/.git": "dir"}, "a/b", "a", False),            # .git stops the climb
+    ({"a/.git": "file"}, "a/b", "a", False),                               # a worktree's .git file
+    ({"a/.memprove": "file"}, "a/b", "a/b", False),                        # a file is no marker
+    ({}, "a/b", "a/b", False),                                             # nothing: the start
+])
+def test_workspace_root_search(tree, markers, start, root, marked):
+    for relative, kind in markers.items():
+        if kind == "dir":
+            (tree / relative).mkdir()
+        else:
+            (tree / relative).write_text("gitdir: /elsewhere/.git/worktrees/a\n")
+    assert mp.find_workspace({"CLAUDE_PROJECT_DIR": str(tree / start)}) == \
+        (str(tree / root), "CLAUDE_PROJECT_DIR", marked)
+
+
+# HOME is tmp/home: markers under tmp, start, expected root, marked
+@pytest.mark.parametrize("markers, start, root, marked", [
+    (["home/.memprove"], "home/proj/sub", "home/proj/sub", False),   # never climbs into home
+    (["home/.git"], "home/proj/sub", "home/proj/sub", False),        # not even for a dotfiles repo
+    ([".memprove"], "home/proj", "home/proj", False),                # nor above it
+    (["home/.memprove"], "home", "home", True),                      # unless the start is there
+])
+def test_workspace_home_is_off_limits(home, markers, start, root, marked):
+    base = home.parent
+    (base / start).mkdir(parents=True, exist_ok=True)
+    for relative in markers:
+        (base / relative).mkdir()
+    assert mp.find_workspace({"CLAUDE_PROJECT_DIR": str(base / start)}) == \
+        (str(base / root), "CLAUDE_PROJECT_DIR", marked)
+
+
+@POSIX_ONLY
+def test_workspace_symlinks_are_resolved(tree, tmp_path):
+    (tree / "a" / ".memprove").mkdir()
+    link = tmp_path.resolve() / "w" / "link"
+    link.symlink_to(tree / "a" / "b", target_is_directory=True)
+    assert mp.find_workspace({"CLAUDE_PROJECT_DIR": str(link)})[:3:2] == (str(tree / "a"), True)
+
+
+# --------------------------------------------------------------------------
+# check_daemon_url: only http:// to loopback; [1] is the port, [3] the base path
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url, port, base", [
+    ("http://127.0.0.1:47311", 47311, ""),
+    ("http://127.0.0.1:47311/", 47311, ""),
+    ("http://127.0.0.1:8080/api/", 8080, "/api"),
+    ("http://127.255.255.254:65535/x/", 65535, "/x"),
+    ("http://[::1]:9000/base/", 9000, "/base"),
+    ("http://localhost:4000/", 4000, ""),
+])
+def test_daemon_url_loopback_http_accepted(url, port, base):
+    checked = mp.check_daemon_url(url)
+    assert checked[1] == port
+    assert checked[3] == base
+
+
+@pytest.mark.parametrize("url", [
+    "https://127.0.0.1:47311", "http://10.0.0.1:47311", "http://%s.example:47311" % PLANTED.lower(),
+    "http://[::2]:47311", "http://u:p@127.0.0.1:47311", "http://127.0.0.1:65536", "garbage",
+    "http://127.0.0.1:0", "http://@127.0.0.1:47311", "http://:@127.0.0.1:47311",
+    "http://127.0.0.1:47311/a b", "http://127.0.0.1:47311/\u00e9",
+])
+def test_daemon_url_other_addresses_refused(url):
+    problem = raises_problem("daemon_address_refused", mp.check_daemon_url, url)
+    assert url not in problem.text() and PLANTED.lower() not in problem.text()
+
+
+# --------------------------------------------------------------------------
+# validate: the tool table's input schemas (tools.md, "Rules for every tool")
+# --------------------------------------------------------------------------
+
+def refused(tool_name, arguments):
+    return raises_problem("invalid_params", mp.validate, schema_of(tool_name), arguments)
+
+
+def test_every_input_schema_refuses_additional_properties():
+    assert len(mp.TOOLS) == 10
+    for entry in mp.TOOLS:
+        assert entry["inputSchema"]["additionalProperties"] is False, entry["name"]
+
+
+@pytest.mark.parametrize("given", [3, 3.0, "3"])
+def test_integer_accepts_int_integral_float_and_digits(given):
+    checked = mp.validate(schema_of("pack"), {"task": given})
+    assert checked == {"task": 3}
+    assert type(checked["task"]) is int
+
+
+@pytest.mark.parametrize("given", [True, 3.5, "3.5", "", "\uff13", None])
+def test_integer_refuses_non_integers(given):
+    refused("pack", {"task": given})
+
+
+@pytest.mark.parametrize("given", [0, "-1"])
+def test_integer_below_minimum_refused(given):
+    problem = refused("pack", {"task": given})
+    assert "`task`" in problem.hint
+
+
+@pytest.mark.parametrize("given", [499, "60001"])
+def test_budget_outside_range_refused_with_range_hint(given):
+    problem = refused("pack", {"budget": given})
+    assert "500" in problem.hint and "60000" in problem.hint
+
+
+def test_budget_bounds_accepted():
+    assert mp.validate(schema_of("pack"), {"budget": 500}) == {"budget": 500}
+    assert mp.validate(schema_of("pack"), {"budget": "60000"}) == {"budget": 60000}
+
+
+def test_thirty_digit_string_gets_same_hint_as_huge_int():
+    as_int = refused("pack", {"budget": 10 ** 30})
+    as_text = refused("pack", {"budget": "9" * 30})
+    assert "whole number" not in as_text.hint
+    assert as_text.hint == as_int.hint
+
+
+@pytest.mark.parametrize("uuid", [UUID, "{%s}" % UUID.upper()])
+def test_uuid_for_task_gets_the_spec_hint(uuid):
+    problem = refused("pack", {"task": uuid})
+    assert problem.hint == "`task` takes a number from `tasks`, never a UUID."
+    assert uuid not in problem.text()
+
+
+@pytest.mark.parametrize("tool_name, arguments, name", [
+    ("claims", {"numbers": [UUID]}, "numbers"),
+    ("checkpoint", {"withdraw": [1, UUID]}, "withdraw"),
+    ("complete", {"session": UUID}, "session"),
+])
+def test_uuid_anywhere_a_number_belongs_is_refused_with_hint(tool_name, arguments, name):
+    problem = refused(tool_name, arguments)
+    assert "UUID" in problem.hint
+    assert name in problem.hint
+    assert UUID not in problem.text()
+
+
+@pytest.mark.parametrize("tool_name, name, limit, extra", [
+    ("begin", "new_task", 200, {}),
+    ("decide", "rationale", 2000, {"decision": "d"}),
+])
+def test_string_max_length(tool_name, name, limit, extra):
+    at_limit = dict(extra, **{name: "x" * limit})
+    assert mp.validate(schema_of(tool_name), at_limit) == at_limit
+    problem = refused(tool_name, dict(extra, **{name: "Q" * limit + PLANTED}))
+    assert "`%s`" % name in problem.hint
+    assert PLANTED not in problem.text()
+
+
+@pytest.mark.parametrize("tool_name, arguments", [
+    ("begin", {"new_task": ""}), ("checkpoint", {"facts": [{"text": ""}]}),
+])
+def test_empty_required_string_refused(tool_name, arguments):
+    refused(tool_name, arguments)
+
+
+def test_list_over_fifty_items_refused():
+    assert mp.validate(schema_of("claims"), {"numbers": list(range(1, 51))})["numbers"][-1] == 50
+    refused("claims", {"numbers": list(range(1, 52))})
+    refused("claims", {"numbers": []})
+
+
+@pytest.mark.parametrize("tool_name, arguments, missing", [
+    ("claims", {"task": 1}, "numbers"), ("decide", {"rationale": PLANTED}, "decision"),
+])
+def test_required_argument_named_in_hint(tool_name, arguments, missing):
+    problem = refused(tool_name, arguments)
+    assert missing in problem.hint
+    assert PLANTED not in problem.text()
+
+
+def test_unknown_argument_refused_without_its_value():
+    problem = refused("context", {"bogus_argument": PLANTED})
+    assert "bogus_argument" in problem.hint
+    assert PLANTED not in problem.text()
+
+
+@pytest.mark.parametrize("label", ["r0", "r1\n", PLANTED])
+def test_run_label_pattern_refused(label):
+    problem = refused("checkpoint", {"runs": [label]})
+    assert "runs" in problem.hint
+    assert PLANTED not in problem.text()
+
+
+def test_run_label_pattern_accepted():
+    labels = ["r1", "r9", "r10", "r4321"]
+    assert mp.validate(schema_of("decide"), {"decision": "d", "runs": labels})["runs"] == labels
+
+
+@pytest.mark.parametrize("tool_name, arguments", [
+    ("tasks", {"status": PLANTED}),
+    ("begin", {"agent_role": PLANTED}),
+    ("checkpoint", {"open_items": PLANTED}),
+    ("pack", {PLANTED + " free text": 1}),                       # an unknown key that is free text
+    ("checkpoint", {"facts": [{"text": "a fact", "extra": PLANTED}]}),
+])
+def test_bad_argument_refused_without_repeating_it(tool_name, arguments):
+    problem = refused(tool_name, arguments)
+    assert PLANTED not in problem.text()
+
+
+def test_arguments_that_are_not_an_object_refused():
+    refused("pack", "not an object")
+    refused("pack", [])
+
+
+def test_valid_full_checkpoint_passes_unchanged_but_numbers():
+    arguments = {"facts": [{"text": "Retries use a fixed 1 s delay.", "runs": ["r4"]}],
+                 "open_items": ["The S3 mock ignores Content-MD5."], "reaffirm": ["3"],
+                 "withdraw": [5.0], "next_action": "Compare r4 under load.", "runs": ["r4"],
+                 "session": "2"}
+    assert mp.validate(schema_of("checkpoint"), arguments) == {
+        "facts": [{"text": "Retries use a fixed 1 s delay.", "runs": ["r4"]}],
+        "open_items": ["The S3 mock ignores Content-MD5."], "reaffirm": [3],
+        "withdraw": [5], "next_action": "Compare r4 under load.", "runs": ["r4"],
+        "session": 2}
+
+
+def test_a_digit_string_past_the_interpreters_limit_is_refused_as_too_long():
+    # Python 3.11+ converts at most 4,300 digits (a bare JSON number that long is a
+    # parse error there); earlier versions convert it, and it is then out of range.
+    problem = refused("pack", {"budget": "9" * 5000})
+    assert problem.hint in ("`budget` has too many digits.", "`budget` must be from 500 to 60000.")
+    assert "9" * 50 not in problem.text()

@@ -2379,7 +2379,7 @@ def render_pack(capsule, budget=6000, query=None):
     claims_left_out, runs_left_out, lines_cut.
 
     Lines are built only as far as the budget reaches (and for the query, which
-    must see them all), so a large Capsule costs little more than its sorting.
+    must see them all), so a large Capsule costs little more than its filtering.
     """
     header = pack_header(capsule)
     sections, records = pack_candidates(capsule)
@@ -2411,10 +2411,7 @@ def render_pack(capsule, budget=6000, query=None):
         used = totals[-1] if totals else 0
         while len(totals) < len(records) and used <= room:   # price more of them
             index = len(totals)
-            line = lines[index]
-            if line is None:
-                line = lines[index] = cap_line(candidate_line(sections[index], records[index]))
-            used += utf16_len(line[0]) + 1
+            used += utf16_len(capped(index)[0]) + 1
             if index == 0 or sections[index - 1] != sections[index]:
                 used += 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
             totals.append(used)

@@ -252,7 +252,8 @@ def serve(options):
 
 
 def install_signal_handlers():
-    """Leave at once, without a traceback, on SIGTERM or SIGINT: a client that stops us wants us gone.
+    """Leave at once, without a traceback, on SIGTERM or SIGINT: a client that
+    stops us wants us gone.
 
     Where the platform allows, the signals are blocked in every thread and one
     thread waits for them, so they are acted on even while the main thread is
@@ -302,14 +303,18 @@ def read_line(stream):
 
 
 def encode_message(message):
-    try:
-        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        data = text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate (say, in an echoed id) cannot be UTF-8: escape it.
-        data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("ascii")
+    data = json_bytes(message)
     # JSON allows raw U+2028/U+2029, but some line splitters break on them.
     return data.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029") + b"\n"
+
+
+def json_bytes(value):
+    """Compact JSON in UTF-8, for the client and for the daemon."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (an echoed id, an agent's text) cannot be UTF-8: escape it.
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
 def log_field(value):
@@ -1846,6 +1851,9 @@ def update_context(root, change):
             unlock(lock)
 
 
+TEMPORARY_PREFIX = ".context."
+
+
 def remove_stale_temporaries(directory):
     """Delete what a writer killed mid-write left: under the lock, no other
     writer can have a temporary file of its own in the making."""
@@ -1859,9 +1867,6 @@ def remove_stale_temporaries(directory):
                 os.unlink(os.path.join(directory, name))
             except OSError:
                 pass
-
-
-TEMPORARY_PREFIX = ".context."
 
 
 def replace_file(path, data):
@@ -1973,7 +1978,7 @@ class DaemonClient:
                 "Connection: close"]
         payload = b""
         if body is not None:
-            payload = encode_body(body)
+            payload = json_bytes(body)
             head.append("Content-Type: application/json")
         if method == "POST":
             head.append("Content-Length: %d" % len(payload))
@@ -2142,14 +2147,6 @@ class Answer:
         if remaining <= 0:
             raise socket.timeout("the daemon's time is up")
         self.connection.settimeout(remaining)
-
-
-def encode_body(body):
-    try:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate in an agent's text: send it escaped, as JSON allows.
-        return json.dumps(body, separators=(",", ":")).encode("ascii")
 
 
 def percent_encode(value):

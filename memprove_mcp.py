@@ -2202,8 +2202,7 @@ def check_daemon_url(url):
         address = host
     else:
         raise Problem("daemon_address_refused")
-    host_header = parts.netloc.rpartition("@")[2]
-    return host_header, port, address, parts.path.rstrip("/")
+    return parts.netloc, port, address, parts.path.rstrip("/")
 
 
 def is_loopback(host):
@@ -2282,23 +2281,8 @@ def claim_line(claim):
             line += " Instead of: " + "; ".join(alternatives)
     evidence = claim.get("evidence")
     if evidence:
-        line += " [" + fold_labels(evidence) + "]"
+        line += " [" + ", ".join(map(fold, evidence)) + "]"
     return line
-
-
-def fold_labels(labels):
-    """", ".join(map(fold, labels)), at once when no label needs folding.
-
-    The joined text is folded already exactly when every label is: a label's
-    stray space would show as a leading or trailing space, "  " or " ,".
-    """
-    try:
-        joined = ", ".join(labels)
-    except TypeError:
-        joined = None
-    if joined is None or fold(joined) is not joined or " ," in joined:
-        joined = ", ".join(map(fold, labels))
-    return joined
 
 
 def run_line(run):

@@ -612,7 +612,9 @@ def tool_label(method, fields):
 def modern_result(result):
     decorated = {"resultType": "complete"}
     decorated.update(result)
-    decorated["_meta"] = {META_SERVER: {"name": SERVER_NAME, "version": VERSION}}
+    meta = dict(result.get("_meta") or {})
+    meta[META_SERVER] = {"name": SERVER_NAME, "version": VERSION}
+    decorated["_meta"] = meta
     return decorated
 
 
@@ -703,12 +705,14 @@ def run_tool_call(transport, job):
         arguments = validate(tool["inputSchema"], job["arguments"])
         call = Call(transport.options, job["client"])
         value = tool["handler"](call, arguments)
-        if isinstance(value, tuple):
-            value, text = value
+        if "outputSchema" in tool:
+            result = {"content": [{"type": "text", "text": json.dumps(value, ensure_ascii=False)}],
+                      "structuredContent": value, "isError": False}
         else:
-            text = json.dumps(value, ensure_ascii=False)
-        result = {"content": [{"type": "text", "text": text}],
-                  "structuredContent": value, "isError": False}
+            # The text is what the model must read; the object is for programs.
+            value, text = value
+            result = {"content": [{"type": "text", "text": text}], "isError": False,
+                      "_meta": {"memprove/" + job["tool"]: value}}
         code = "ok"
     except Exception as error:
         if not isinstance(error, Problem):
@@ -768,14 +772,28 @@ NUMBER_SOURCES = {"task": "tasks", "numbers": "pack", "session": "begin",
                   "reaffirm": "pack", "withdraw": "pack", "supersedes": "pack"}
 
 
-def tool(name, title, description, input_schema, output_schema, handler, read_only):
+def tool(name, title, description, input_schema, output_schema, handler, read_only,
+         meta=None):
+    """One entry of the tool table.  A tool without an output schema (`pack`)
+    answers with its text alone, so clients hand the model that text."""
     annotations = {"title": title, "readOnlyHint": read_only}
     if not read_only:
         annotations.update(destructiveHint=False, idempotentHint=False)
     annotations["openWorldHint"] = False
-    return {"name": name, "title": title, "description": description,
-            "inputSchema": input_schema, "outputSchema": output_schema,
-            "annotations": annotations, "handler": handler}
+    entry = {"name": name, "title": title, "description": description,
+             "inputSchema": input_schema}
+    if output_schema is not None:
+        entry["outputSchema"] = output_schema
+    entry["annotations"] = annotations
+    if meta:
+        entry["_meta"] = meta
+    entry["handler"] = handler
+    return entry
+
+
+# Claude Code moves a result over 50,000 characters to a file and shows the
+# model a preview, unless the tool's definition raises the limit.
+WHOLE_RESULTS = {"anthropic/maxResultSizeChars": 200000}
 
 
 def tool_listing():
@@ -967,8 +985,6 @@ def tool_pack(call, args):
     result = dict(call.ids(context, task_id), task=capsule["task"]["number"], budget=budget)
     for key in ("units", "claims_shown", "claims_left_out", "runs_left_out", "lines_cut"):
         result[key] = rendered[key]
-    result["opening"] = opening
-    result["pack"] = rendered["pack"]
     return result, opening + "\n\n" + rendered["pack"]
 
 
@@ -1289,10 +1305,7 @@ TOOLS = [
                  "budget": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 6000},
                  "query": {"type": "string", "maxLength": 200},
                  "manifest": {"type": "boolean", "description": "Accepted and ignored."}}),
-         outputs(dict(RESULT_IDS, task=INTEGER, budget=INTEGER, units=INTEGER, claims_shown=INTEGER,
-                      claims_left_out=INTEGER, runs_left_out=INTEGER, lines_cut=INTEGER,
-                      opening=STRING, pack=STRING)),
-         tool_pack, True),
+         None, tool_pack, True, WHOLE_RESULTS),
     tool("claims", "Read claims in full",
          "Give the full, uncut lines of claims by number (c12 in the Pack is number 12), "
          "withdrawn and superseded ones too, with their kind and state. Use it when the Pack "
@@ -1305,7 +1318,7 @@ TOOLS = [
                           "number": INTEGER, "kind": STRING, "state": STRING, "line": STRING})},
                       missing={"type": "array", "items": INTEGER},
                       left_out={"type": "array", "items": INTEGER})),
-         tool_claims, True),
+         tool_claims, True, WHOLE_RESULTS),
     tool("context", "Show the local context",
          "Show what this server sees on this machine, without asking the daemon: the Workspace "
          "root, the context's Task and Session, the agent name and role it acts as, the Task's "

@@ -293,6 +293,33 @@ def initialize_params(version="2025-11-25", client="pytest-client"):
 # Checks of the two output streams
 # ---------------------------------------------------------------------------
 
+def tool_value(result):
+    """What a successful tools/call result gives a program, checked against its text.
+
+    Nine tools give `structuredContent`, the same object as their text's JSON (a
+    2025-03-26 or 2024-11-05 session gets the text alone).  `pack` gives the
+    model its text (the opening statement, an empty line, the Pack) and puts
+    its result object in `_meta["memprove/pack"]`; here that object comes back
+    with the text split into `opening` and `pack`.
+    """
+    content = result["content"]
+    assert result.get("isError") is False, content
+    assert len(content) == 1 and content[0]["type"] == "text", content
+    text = content[0]["text"]
+    packed = (result.get("_meta") or {}).get("memprove/pack")
+    if packed is not None:
+        assert "structuredContent" not in result, result
+        opening, blank, pack = text.partition("\n\n")
+        assert blank, text[:200]
+        value = dict(packed, opening=opening, pack=pack)
+    else:
+        value = json.loads(text)
+        if "structuredContent" in result:
+            assert result["structuredContent"] == value, result
+    assert list(value)[:2] == ["task_id", "session_id"], value
+    return value
+
+
 def _reject_constant(name):
     raise ValueError("%s is not JSON" % name)
 

@@ -8,19 +8,11 @@ from contextlib import closing
 import pytest
 
 import ledgerd
-from conftest import TESTS  # noqa: F401  (conftest puts tests/ on sys.path)
+from conftest import TESTS, tool_value  # noqa: F401  (conftest puts tests/ on sys.path)
 
 
 def structured(answer):
-    result = answer["result"]
-    assert result.get("isError") is False, result
-    value = result["structuredContent"]
-    text = result["content"][0]["text"]
-    if "pack" in value:     # pack's text is its opening statement and the Pack
-        assert text == value["opening"] + "\n\n" + value["pack"]
-    else:
-        assert json.loads(text) == value
-    return value
+    return tool_value(answer["result"])
 
 
 def problem(answer):

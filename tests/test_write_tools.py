@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import pytest
 
 import ledgerd
-from conftest import snapshot
+from conftest import snapshot, tool_value
 
 # contract.md section 4, copied by hand.
 SENTENCES = {
@@ -92,15 +92,8 @@ class Agent:
     def ok(self, tool, arguments=None):
         """The structuredContent of a successful call, checked against its text."""
         result = self.result(tool, arguments)
-        content = result["content"]
-        assert result.get("isError") is False, content
-        value = result["structuredContent"]
-        assert list(value)[:2] == ["task_id", "session_id"], value
-        assert len(content) == 1 and content[0]["type"] == "text", content
-        if tool == "pack":
-            assert content[0]["text"] == value["opening"] + "\n\n" + value["pack"]
-        else:
-            assert json.loads(content[0]["text"]) == value
+        value = tool_value(result)
+        assert ("structuredContent" in result) == (tool != "pack"), result
         if self.era == "modern":
             assert result["resultType"] == "complete"
         return value

@@ -392,14 +392,18 @@ def check_sdk_run(events, plan, workspace, agent_name):
             assert "structuredContent" not in result, result
             continue
         assert not result.get("isError"), "%s failed: %s" % (step["tool"], texts[0])
-        structured = result.get("structuredContent")
-        assert isinstance(structured, dict), result
-        assert list(structured)[:2] == ["task_id", "session_id"], list(structured)
-        assert schema_errors(tools[step["tool"]]["outputSchema"], structured) == []
         if step["tool"] == "pack":
-            assert structured["pack"] in texts[0]
+            # tools.md: no structuredContent, so clients hand the model the text; the
+            # result object rides in _meta for programs.
+            assert "structuredContent" not in result, result
+            structured = result["_meta"]["memprove/pack"]
+            assert texts[0].split("\n\n", 1)[1].startswith("Task ")
         else:
+            structured = result.get("structuredContent")
+            assert isinstance(structured, dict), result
+            assert schema_errors(tools[step["tool"]]["outputSchema"], structured) == []
             assert json.loads(texts[0]) == structured
+        assert list(structured)[:2] == ["task_id", "session_id"], list(structured)
         results.setdefault(step["tool"], structured)
     assert results["context"]["workspace"]["root"] == str(Path(workspace).resolve())
     assert results["context"]["workspace"]["found_by"] == "CLAUDE_PROJECT_DIR"
@@ -463,3 +467,55 @@ def describe_run(events, code, stderr, conns=()):
     shown = json.dumps(events[-4:], indent=1)[-6000:]
     return "client exit %r\nlast events: %s\nclient stderr:\n%s\n%s" % (
         code, shown, stderr[-4000:], transcripts(conns))
+
+
+# ---------------------------------------------------------------------------
+# Claude Code (the `claude` fixture of conftest.py makes one)
+# ---------------------------------------------------------------------------
+
+QUIET = {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
+         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "MCP_TIMEOUT": "30000"}
+
+
+class Claude:
+    """`claude` with a throwaway HOME that approves project .mcp.json servers, and a
+    memprove configuration directory in that HOME that points at the test's daemon."""
+
+    def __init__(self, project_dir, home, bin_dir, prefix, config):
+        self.home = home
+        self.bin_dir = bin_dir
+        self.prefix = prefix
+        (home / ".claude").mkdir(parents=True)
+        (home / ".claude" / "settings.json").write_text(
+            json.dumps({"enableAllProjectMcpServers": True}))
+        self.config_dir = home / ".config" / "memprove"
+        self.config_dir.mkdir(parents=True)
+        (self.config_dir / "data-dir").write_text(str(config.data_dir) + "\n")
+        token_file = self.config_dir / "token"
+        fd = os.open(str(token_file), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(config.token + "\n")
+        self.env = dict(QUIET, PATH=str(bin_dir) + os.pathsep + os.environ.get("PATH", os.defpath),
+                        HOME=str(home), LANG="C.UTF-8")
+        self.project_dir = project_dir
+
+    def run(self, *args, cwd=None, shell=None, timeout=120, env=None):
+        """(exit code, stdout, stderr) of `claude args...` (or of `sh -c shell`); env: more
+        variables, over this HOME's."""
+        argv = ["sh", "-c", shell] if shell else [str(self.bin_dir / "claude")] + list(args)
+        done = subprocess.run(self.prefix + argv, cwd=str(cwd or self.project_dir),
+                              env=dict(self.env, **(env or {})),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=timeout)
+        out = done.stdout.decode("utf-8", "replace")
+        return done.returncode, out, done.stderr.decode("utf-8", "replace")
+
+
+def print_config(pyz, home, cwd):
+    """`mcp print-config` as a user runs it: its standard output, and where it says to put it."""
+    done = subprocess.run([sys.executable, str(pyz), "mcp", "print-config"], cwd=str(cwd),
+                          env={"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home),
+                               "LANG": "C.UTF-8"},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, done.stderr.decode()

@@ -52,8 +52,14 @@ from bisect import bisect_right
 VERSION = "0.1.0"
 SERVER_NAME = "memprove"
 MODERN_VERSION = "2026-07-28"
-LEGACY_VERSIONS = ("2025-11-25", "2025-06-18")
+LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 LEGACY_DEFAULT = "2025-11-25"
+# What an older revision's schema lacks, left out of its tools and results
+# (clients.md, "Older handshakes"); a tool's `_meta` stays in every revision.
+REVISION_LACKS = {
+    "2025-03-26": ("title", "outputSchema", "structuredContent"),
+    "2024-11-05": ("title", "outputSchema", "structuredContent", "annotations"),
+}
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
@@ -66,6 +72,8 @@ MAX_CONTEXT_FILE = 1024 * 1024       # bytes of context.json worth parsing
 DEFAULT_TIMEOUT = 10.0               # seconds per daemon request
 LIST_TTL_MS = 3600000                # the tool list never changes in a process
 WORKERS = 8                          # tool calls running at once
+WAITING = 64                         # tool calls waiting; past that no input is read
+ROOTS_WAIT = 2.0                     # seconds a call waits for an unanswered roots/list
 LOG_FIELD = 64                       # characters of a client-chosen log field
 
 INSTRUCTIONS = (
@@ -115,6 +123,9 @@ SERVER_CODES = frozenset(code for code in PROBLEMS if code not in (
     "claim_not_found", "claim_not_active", "session_not_open", "invalid_transition",
     "evidence_invalid", "validation_failed", "idempotency_key_reused"))
 PROBLEM_CODE = re.compile(r"[a-z][a-z0-9_]*\Z")
+DIGITS = re.compile(r"[0-9]+\Z")     # ASCII digits only: str.isdigit() takes any script's
+# str.isascii() is 3.7's; on 3.6 the widest character tells the same.
+ascii_only = getattr(str, "isascii", None) or (lambda text: not text or max(text) < "\x80")
 
 
 class Problem(Exception):
@@ -144,14 +155,25 @@ class Problem(Exception):
 # ---------------------------------------------------------------------------
 
 USAGE = """\
-usage: memprove_mcp.pyz mcp serve [--config-dir DIR]
-       memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python]
+usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
+       memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python] [--client NAME]
+                                         [--workspace DIR]
+       memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR] [--client NAME]
+                                   [--json]
        memprove_mcp.pyz --version | --help
 
   mcp serve         serve MCP on standard input and output until end of input
-  mcp print-config  print the .mcp.json entry that starts this server; writes nothing
+  mcp print-config  print the entry that starts this server in a client's configuration;
+                    writes nothing
+  mcp doctor        check the whole path from this shell to the ledger, as the next tool
+                    call will take it, and say what to fix; writes nothing
   --config-dir DIR  the memprove configuration directory (token, data-dir)
+  --workspace DIR   start the Workspace search in DIR (for a client whose working
+                    directory is not the project)
   --python          name this interpreter as the command and the .pyz as its first argument
+  --client NAME     the client whose format to print, or whose entry to check
+                    (default claude-code): %s
+  --json            (doctor) one JSON object instead of lines
 """
 
 
@@ -168,14 +190,28 @@ def main(argv=None):
         sys.stderr.write("memprove-mcp: %s (see --help)\n" % error)
         return 2
     if command == "help":
-        sys.stdout.write(USAGE)
+        sys.stdout.write(USAGE % ", ".join(CLIENT_NAMES))
         return 0
     if command == "version":
         sys.stdout.write("memprove-mcp %s (%s)\n" % (VERSION, source_digest()[:12]))
         return 0
     if command == "print-config":
         return print_config(options)
+    if command == "doctor":
+        return doctor(options)
     return serve(options)
+
+
+COMMANDS = ("serve", "print-config", "doctor")
+# Every option: its key in `options`, the commands that take it, and what its
+# value must be (None for a flag).
+OPTIONS = {
+    "--config-dir": ("config_dir", ("serve", "print-config", "doctor"), "a directory"),
+    "--workspace": ("workspace", ("serve", "print-config", "doctor"), "a directory"),
+    "--client": ("client", ("print-config", "doctor"), "a client name"),
+    "--python": ("python", ("print-config",), None),
+    "--json": ("json", ("doctor",), None),
+}
 
 
 def parse_command_line(argv):
@@ -183,21 +219,29 @@ def parse_command_line(argv):
         return "help", {}
     if argv == ["--version"]:
         return "version", {}
-    if len(argv) < 2 or argv[0] != "mcp" or argv[1] not in ("serve", "print-config"):
-        raise UsageError("expected 'mcp serve', 'mcp print-config', --version or --help")
+    if len(argv) < 2 or argv[0] != "mcp" or argv[1] not in COMMANDS:
+        raise UsageError("expected 'mcp serve', 'mcp print-config', 'mcp doctor', "
+                         "--version or --help")
     command, rest = argv[1], argv[2:]
-    options = {"config_dir": None, "python": False}
+    options = dict((key, None) for key, _, _ in OPTIONS.values())
     while rest:
         word = rest.pop(0)
-        if word == "--config-dir" or word.startswith("--config-dir="):
-            value = word.partition("=")[2] if "=" in word else (rest.pop(0) if rest else "")
-            if not value:
-                raise UsageError("--config-dir needs a directory")
-            options["config_dir"] = value
-        elif word == "--python" and command == "print-config":
-            options["python"] = True
-        else:
+        name = word.partition("=")[0]
+        if name not in OPTIONS or command not in OPTIONS[name][1]:
             raise UsageError("unexpected argument for 'mcp %s'" % command)
+        key, _, needs = OPTIONS[name]
+        if needs is None:
+            if "=" in word:
+                raise UsageError("%s takes no value" % name)
+            options[key] = True
+            continue
+        value = word.partition("=")[2] if "=" in word else (rest.pop(0) if rest else "")
+        if not value:
+            raise UsageError("%s needs %s" % (name, needs))
+        options[key] = value
+    if options["client"] is not None and options["client"] not in CLIENTS:
+        # The names, never the value typed: it may hold anything, a newline too.
+        raise UsageError("--client must be one of: %s" % ", ".join(CLIENT_NAMES))
     return command, options
 
 
@@ -220,21 +264,319 @@ def source_digest():
 def print_config(options):
     """Print the client entry that starts this server; write nothing anywhere."""
     config_dir = config_directory(options.get("config_dir"), os.environ)
-    program = os.path.abspath(sys.argv[0])
+    program = this_program()
     args = ["mcp", "serve", "--config-dir", config_dir]
+    workspace = options.get("workspace")
+    if workspace:
+        workspace = os.path.abspath(os.path.expanduser(workspace))
+        args += ["--workspace", workspace]
     if options.get("python"):
         command, args = os.path.abspath(sys.executable), [program] + args
     else:
         command = program
-    entry = {"mcpServers": {"memprove": {
-        "type": "stdio", "command": command, "args": args,
-        "env": {"MEMPROVE_CONFIG_DIR": config_dir}}}}
-    sys.stdout.write(json.dumps(entry, indent=2, ensure_ascii=False) + "\n")
-    root = find_workspace(os.environ)[0]
-    sys.stderr.write("memprove-mcp: put this entry in %s (project scope) or in "
-                     "~/.claude.json (local or user scope).\n"
-                     % os.path.join(root, ".mcp.json"))
+    root = find_workspace(os.environ, workspace).root
+    try:
+        text, where = client_entry(options.get("client") or "claude-code", command, args,
+                                   config_dir, os.environ, workspace, root)
+        data = text.encode("utf-8")
+    except ValueError:                 # UnicodeEncodeError too: a lone surrogate
+        sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
+                         "no client could read it.\n")
+        return 1
+    write_stdout_bytes(data)
+    sys.stderr.write(where)
     return 0
+
+
+def this_program():
+    """The absolute path of the running .pyz (or module), even with no working directory."""
+    try:
+        return os.path.abspath(sys.argv[0])
+    except OSError:
+        return sys.argv[0]
+
+
+def write_stdout_bytes(data):
+    """The entry is UTF-8 whatever the locale: every format printed here is."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+# -- print-config: one entry per client ----------------------------------------
+# spec/clients.md: every form names the same server (the command, the arguments
+# `mcp serve --config-dir DIR [--workspace DIR]`, MEMPROVE_CONFIG_DIR in the
+# environment) in the shape and file format its client reads.  A client is one
+# row of CLIENTS: its format, the function that shapes its document, what it
+# adds to the environment, and where the entry goes.  Nothing here ever holds a
+# token, a data directory or a value the user set: only variable names.
+
+# Codex hands a server only a short list of variables plus those named in
+# `env_vars`: these are the ones the server reads from a user's shell.
+SHELL_VARIABLES = ("MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR",
+                   "MEMPROVE_WORKSPACE", "MEMPROVE_TIMEOUT", "MEMPROVE_AGENT_NAME",
+                   "MEMPROVE_AGENT_ROLE", "MEMPROVE_PARENT_SESSION", "MEMPROVE_MCP_LOG")
+
+
+def servers_entry(top, stdio_type=False, trailing=()):
+    """The common JSON shape `{top: {"memprove": {[type,] command, args, env, ...}}}`."""
+    def shape(server):
+        entry = {"type": "stdio"} if stdio_type else {}
+        entry["command"] = server["command"]
+        entry["args"] = server["args"]
+        entry["env"] = server["env"]
+        entry.update(trailing)
+        return {top: {"memprove": entry}}
+    return shape
+
+
+def codex_entry(server):
+    # TOML: the writer puts the scalars and arrays under [mcp_servers.memprove]
+    # and the env table after them as [mcp_servers.memprove.env].
+    return {"mcp_servers": {"memprove": {
+        "command": server["command"], "args": server["args"],
+        "env_vars": list(SHELL_VARIABLES), "env": server["env"]}}}
+
+
+def opencode_entry(server):
+    # OpenCode takes the command and its arguments as one list.
+    return {"mcp": {"memprove": {
+        "type": "local", "command": [server["command"]] + server["args"],
+        "environment": server["env"], "enabled": True}}}
+
+
+def continue_entry(server):
+    # Continue's mcpServers is a list of named blocks, not a map.
+    return {"mcpServers": [{
+        "name": "memprove", "type": "stdio", "command": server["command"],
+        "args": server["args"], "env": server["env"]}]}
+
+
+def goose_entry(server):
+    return {"extensions": {"memprove": {
+        "name": "memprove", "type": "stdio", "cmd": server["command"],
+        "args": server["args"], "envs": server["env"], "enabled": True, "timeout": 300}}}
+
+
+def workspace_folder(environ, workspace):
+    """Cursor and VS Code expand ${workspaceFolder} in `env`; --workspace already
+    names the project, and two sources would only confuse a reader."""
+    return [] if workspace else [("MEMPROVE_WORKSPACE", "${workspaceFolder}")]
+
+
+def token_file_reference(environ, workspace):
+    """Gemini drops inherited variables whose names hold TOKEN; it expands
+    `$VAR` in `env`, so a reference (a name, never the value) passes the
+    token file the user set.  Only when one is set: an unset reference would
+    reach the server as a literal `$MEMPROVE_TOKEN_FILE`."""
+    return [("MEMPROVE_TOKEN_FILE", "$MEMPROVE_TOKEN_FILE")] if environ.get("MEMPROVE_TOKEN_FILE") else []
+
+
+def client(file_format, shape, where, project_file=None, env=None):
+    """One row of CLIENTS.  `where` ends the standard-error line; `project_file`
+    (path parts under the Workspace root) comes before it when the client
+    reads a file in the project."""
+    return {"format": file_format, "shape": shape, "where": where,
+            "project_file": project_file, "env": env}
+
+
+CLIENTS = {
+    "claude-code": client("json", servers_entry("mcpServers", stdio_type=True),
+                          "(project scope) or in ~/.claude.json (local or user scope)",
+                          project_file=(".mcp.json",)),
+    "codex": client("toml", codex_entry, "~/.codex/config.toml (or $CODEX_HOME/config.toml)"),
+    "gemini": client("json", servers_entry("mcpServers"),
+                     "(project) or in ~/.gemini/settings.json (user); Gemini starts it only "
+                     "in a trusted folder", project_file=(".gemini", "settings.json"),
+                     env=token_file_reference),
+    "opencode": client("json", opencode_entry,
+                       "(project) or in ~/.config/opencode/opencode.json (user)",
+                       project_file=("opencode.json",)),
+    "cline": client("json", servers_entry("mcpServers", stdio_type=True,
+                                          trailing=(("disabled", False),)),
+                    "~/.cline/data/settings/cline_mcp_settings.json"),
+    "continue": client("yaml", continue_entry,
+                       "~/.continue/config.yaml, or a block file in the project's "
+                       ".continue/mcpServers/"),
+    "amp": client("json", servers_entry("amp.mcpServers"),
+                  "(workspace, then `amp mcp approve memprove`) or in "
+                  "~/.config/amp/settings.json (user)", project_file=(".amp", "settings.json")),
+    "cursor": client("json", servers_entry("mcpServers", stdio_type=True),
+                     "(project) or in ~/.cursor/mcp.json (user)",
+                     project_file=(".cursor", "mcp.json"), env=workspace_folder),
+    "vscode": client("json", servers_entry("servers", stdio_type=True),
+                     "(workspace) or in your profile's mcp.json (user)",
+                     project_file=(".vscode", "mcp.json"), env=workspace_folder),
+    "windsurf": client("json", servers_entry("mcpServers"), "~/.codeium/windsurf/mcp_config.json"),
+    "zed": client("json", servers_entry("context_servers"),
+                  "(project) or in Zed's settings.json (user)",
+                  project_file=(".zed", "settings.json")),
+    "goose": client("yaml", goose_entry, "~/.config/goose/config.yaml"),
+}
+CLIENT_NAMES = tuple(CLIENTS)          # the order of spec/clients.md (dicts keep it)
+
+
+def client_entry(name, command, args, config_dir, environ, workspace=None, root=None):
+    """(standard output text, standard-error line) of `name`'s entry.
+
+    `environ` is read only to know whether MEMPROVE_TOKEN_FILE is set (gemini),
+    never for a value; `workspace` is the absolute --workspace or None; `root`
+    is the Workspace root for the client's project file (None when there is
+    none to give, as for a deleted working directory).
+    """
+    row = CLIENTS[name]
+    env = {"MEMPROVE_CONFIG_DIR": config_dir}
+    env.update(row["env"](environ, workspace) if row["env"] else [])
+    document = row["shape"]({"command": command, "args": list(args), "env": env})
+    text = WRITERS[row["format"]](document)
+    place = row["where"]
+    if row["project_file"]:
+        place = "%s %s" % (os.path.join(root or "<project>", *row["project_file"]), place)
+    return text, "memprove-mcp: put this entry in %s.\n" % place
+
+
+# -- the three file formats ----------------------------------------------------
+# Documents are dicts (insertion order kept), lists, strings, booleans and
+# integers.  TOML and YAML are written by hand because the server imports no
+# parser; every string is quoted with the escapes its format defines, so any
+# path survives: spaces, quotes, backslashes, `#`, `: `, tabs, control
+# characters, non-ASCII and characters outside the basic plane (written as
+# themselves: JSON's `\ud83d\ude80` pairs are valid in neither TOML nor YAML).
+
+def json_text(document):
+    # The form print-config has always printed: the default stays byte for byte.
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def reject_surrogates(text):
+    """A lone surrogate (an undecodable byte of a path) has no UTF-8 form."""
+    if any("\ud800" <= char <= "\udfff" for char in text):
+        raise ValueError("not valid UTF-8")
+
+
+TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n",
+                "\f": "\\f", "\r": "\\r"}
+
+
+def toml_string(value):
+    """A TOML basic string.  TOML forbids control characters (but tab) raw;
+    C1 controls are escaped too so that a terminal shows what is there."""
+    reject_surrogates(value)
+    out = []
+    for char in value:
+        if char in TOML_ESCAPES:
+            out.append(TOML_ESCAPES[char])
+        elif char < " " or "\x7f" <= char <= "\x9f":
+            out.append("\\u%04X" % ord(char))
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(key):
+    return key if re.match(r"[A-Za-z0-9_-]+\Z", key) else toml_string(key)
+
+
+def toml_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    return toml_string(value)
+
+
+def toml_text(document, path=()):
+    """Key/value pairs under the table's header, then each sub-table after them
+    (a key written after a sub-table's header would belong to that sub-table)."""
+    simple = [(key, value) for key, value in document.items() if not isinstance(value, dict)]
+    tables = [(key, value) for key, value in document.items() if isinstance(value, dict)]
+    lines = []
+    if simple and path:
+        lines.append("[%s]" % ".".join(toml_key(key) for key in path))
+    lines += ["%s = %s" % (toml_key(key), toml_value(value)) for key, value in simple]
+    text = "\n".join(lines) + "\n" if lines else ""
+    for key, value in tables:
+        sub = toml_text(value, path + (key,))
+        text += ("\n" if text and sub else "") + sub
+    return text
+
+
+# YAML 1.1 (PyYAML) and 1.2 agree on these escapes in a double-quoted scalar.
+YAML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\0": "\\0", "\a": "\\a", "\b": "\\b",
+                "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r",
+                "\x1b": "\\e", "\x85": "\\N", "\xa0": "\\_", "\u2028": "\\L",
+                "\u2029": "\\P"}
+
+
+def yaml_string(value):
+    """A YAML double-quoted scalar.  Characters YAML does not allow raw (C0 and
+    C1 controls, DEL, the BOM, U+FFFE/U+FFFF) and line breaks (NEL, U+2028,
+    U+2029, which a parser would fold) are escaped; the rest, astral
+    characters included, is written as itself."""
+    reject_surrogates(value)
+    out = []
+    for char in value:
+        if char in YAML_ESCAPES:
+            out.append(YAML_ESCAPES[char])
+        elif char < " " or "\x7f" <= char <= "\x9f":
+            out.append("\\x%02X" % ord(char))
+        elif char in "\ufeff\ufffe\uffff":
+            out.append("\\u%04X" % ord(char))
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def yaml_key(key):
+    return key if re.match(r"[A-Za-z_][A-Za-z0-9_.]*\Z", key) else yaml_string(key)
+
+
+def yaml_scalar(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return yaml_string(value)
+
+
+def yaml_lines(value, indent):
+    """Block style: a mapping as `key: value` lines, a sequence as `- item`
+    lines; a mapping inside a sequence starts on the dash's line."""
+    pad = " " * indent
+    lines = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                lines.append("%s%s:" % (pad, yaml_key(key)))
+                lines += yaml_lines(item, indent + 2)
+            else:
+                lines.append("%s%s: %s" % (pad, yaml_key(key), yaml_inline(item)))
+    else:
+        for item in value:
+            if isinstance(item, (dict, list)) and item:
+                inner = yaml_lines(item, indent + 2)
+                lines.append("%s- %s" % (pad, inner[0][indent + 2:]))
+                lines += inner[1:]
+            else:
+                lines.append("%s- %s" % (pad, yaml_inline(item)))
+    return lines
+
+
+def yaml_inline(value):
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return yaml_scalar(value)
+
+
+def yaml_text(document):
+    return "\n".join(yaml_lines(document, 0)) + "\n"
+
+
+WRITERS = {"json": json_text, "toml": toml_text, "yaml": yaml_text}
 
 
 def serve(options):
@@ -332,7 +674,10 @@ class Transport:
 
     def __init__(self, options):
         self.options = options
-        self.out = sys.stdout.buffer
+        try:
+            self.out = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):
+            self.out = None          # no standard output: nobody is listening
         self.write_lock = threading.Lock()
         self.log_lock = threading.Lock()
         self.flight_lock = threading.Lock()
@@ -340,6 +685,7 @@ class Transport:
         self.legacy = None           # {"version", "client"} once initialize is answered
         self.queue = None
         self.workers = []
+        self.roots = Roots(self)
 
     # -- reading ------------------------------------------------------------
 
@@ -394,9 +740,8 @@ class Transport:
         data = encode_message(message)
         with self.write_lock:
             try:
-                self.out.write(data)
-                self.out.flush()
-            except (BrokenPipeError, ValueError, OSError):
+                write_all(self.out, data)
+            except (TypeError, ValueError, OSError):
                 # The client closed our standard output: nobody is listening.
                 os._exit(0)
 
@@ -431,7 +776,9 @@ class Transport:
     def submit(self, job):
         if self.queue is None:
             import queue
-            self.queue = queue.Queue()
+            # A full queue blocks this, the reading thread: the client's pipe
+            # holds what we cannot, and memory stays bounded (§6 rule 4).
+            self.queue = queue.Queue(WAITING)
         with self.flight_lock:
             self.in_flight[request_key(job["id"])] = job
             waiting = len(self.in_flight)
@@ -465,6 +812,132 @@ class Transport:
             job = self.in_flight.get(request_key(request_id))
             if job is not None:
                 job["cancelled"] = True
+
+    def in_flight_now(self, request_id):
+        with self.flight_lock:
+            return request_key(request_id) in self.in_flight
+
+
+def write_all(descriptor, data):
+    """Write every byte: a short write is continued, and a non-blocking pipe
+    that is full (EAGAIN) is waited out (contract.md §6 rule 5)."""
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(descriptor, view)
+        except BlockingIOError:
+            import select
+            select.select([], [descriptor], [])
+            continue
+        view = view[written:]
+
+
+class Roots:
+    """The client's MCP roots, asked for in the legacy era (clients.md).
+
+    The one request the server sends: `roots/list` after
+    `notifications/initialized` when the client declared `roots`, and again
+    on `notifications/roots/list_changed`.  The newest good answer is kept; a
+    call waits for an unanswered one until ROOTS_WAIT after it was sent.
+    """
+
+    PREFIX = "memprove-roots-"
+
+    def __init__(self, transport):
+        self.transport = transport
+        self.changed = threading.Condition()
+        self.declared = False
+        self.asked = 0               # requests sent, numbering their ids
+        self.pending = set()         # numbers not yet answered
+        self.asked_at = 0.0
+        self.answered = 0            # the number of the newest good answer
+        self.start = None            # the start directory it gave, or None
+
+    def declare(self, capabilities):
+        """An initialize (again): the new session's capability, nothing kept."""
+        with self.changed:
+            self.declared = isinstance(capabilities, dict) and \
+                isinstance(capabilities.get("roots"), dict)
+            self.pending.clear()
+            self.answered, self.start = self.asked, None
+            self.changed.notify_all()
+
+    def ask(self):
+        with self.changed:
+            if not self.declared:
+                return
+            self.asked += 1
+            number = self.asked
+            self.pending.add(number)
+            self.asked_at = time.monotonic()
+        self.transport.write({"jsonrpc": "2.0", "id": self.PREFIX + str(number),
+                              "method": "roots/list"})
+
+    def take(self, message):
+        """A client's response: used when it answers one of our requests."""
+        request_id = message.get("id")
+        if not (isinstance(request_id, str) and request_id.startswith(self.PREFIX)
+                and DIGITS.match(request_id[len(self.PREFIX):]) and len(request_id) < 40):
+            return
+        number = int(request_id[len(self.PREFIX):])
+        try:
+            start = roots_start_directory(message.get("result"))
+        except ValueError:
+            start = ABSENT                   # an error answer or a malformed one
+        with self.changed:
+            if number not in self.pending:
+                return
+            self.pending.discard(number)
+            if start is not ABSENT and number > self.answered:
+                self.answered, self.start = number, start
+            self.changed.notify_all()
+
+    def for_call(self):
+        """The start directory roots give a call now, or None."""
+        with self.changed:
+            if not self.declared:
+                return None
+            while self.pending:
+                remaining = self.asked_at + ROOTS_WAIT - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.changed.wait(remaining)
+            return self.start
+
+
+def roots_start_directory(result):
+    """The first `file:` root holding the working directory, else the first
+    `file:` root, else None; ValueError for a result of the wrong shape."""
+    roots = result.get("roots") if isinstance(result, dict) else None
+    if not isinstance(roots, list) or not all(
+            isinstance(root, dict) and isinstance(root.get("uri"), str) for root in roots):
+        raise ValueError("not a roots/list result")
+    paths = [path for path in map(file_uri_path, (root["uri"] for root in roots)) if path]
+    try:
+        here = os.path.realpath(os.getcwd())
+    except OSError:
+        here = None
+    for path in paths:
+        if here is not None and (here + os.sep).startswith(os.path.join(path, "")):
+            return path
+    return paths[0] if paths else None
+
+
+def file_uri_path(uri):
+    """The local path of a `file:` URI, or None for any other URI."""
+    from urllib.parse import unquote, urlsplit
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return None
+    if parts.scheme.lower() != "file" or parts.netloc.lower() not in ("", "localhost"):
+        return None
+    path = unquote(parts.path, errors="surrogateescape")
+    if os.name == "nt" and re.match(r"/[A-Za-z]:", path):
+        path = path[1:]
+    if not path or "\x00" in path or not os.path.isabs(path):
+        return None
+    return os.path.realpath(path)
 
 
 def request_key(request_id):
@@ -531,7 +1004,7 @@ def handle_message(transport, message, started):
         return invalid('"jsonrpc" must be "2.0"')
     if method is ABSENT:
         if request_id is not ABSENT and ("result" in message or "error" in message):
-            # A client's response: we send no requests, so there is nothing to match.
+            transport.roots.take(message)     # the only request we send is roots/list
             transport.log("-", ABSENT, echo_id, "-", "response", started)
             return
         return invalid('a request needs a "method"')
@@ -551,10 +1024,19 @@ def handle_notification(transport, method, params):
         request_id = params.get("requestId", ABSENT)
         if is_valid_id(request_id):
             transport.cancel(request_id)
-    # Every other notification (initialized, roots, progress...) needs nothing.
+    elif method in ("notifications/initialized", "notifications/roots/list_changed") and \
+            transport.legacy is not None:
+        transport.roots.ask()
+    # Every other notification (progress...) needs nothing.
 
 
 def handle_request(transport, method, request_id, params, started):
+    if transport.in_flight_now(request_id):
+        # §6 rule 8: an answer carrying that id would be taken for the first request's.
+        transport.log("-", method, request_id, "-", "-32600", started)
+        transport.reply_error(None, -32600, "Invalid Request: a request with this id is "
+                              "still being served")
+        return
     fields = params if isinstance(params, dict) else {}
     meta = fields.get("_meta")
     claims_modern = isinstance(meta, dict) and META_VERSION in meta
@@ -580,7 +1062,8 @@ def handle_request(transport, method, request_id, params, started):
 
     if "call" in answer:
         call = answer["call"]
-        call.update(id=request_id, method=method, era=era, started=started, cancelled=False)
+        call.update(id=request_id, method=method, era=era, started=started, cancelled=False,
+                    revision=transport.legacy["version"] if era == "legacy" else MODERN_VERSION)
         transport.submit(call)
         return
     # The log line goes first: a client may stop us as soon as it has its answer.
@@ -622,6 +1105,7 @@ def answer_initialize(transport, fields):
     asked = fields["protocolVersion"]
     version = asked if asked in LEGACY_VERSIONS else LEGACY_DEFAULT
     transport.legacy = {"version": version, "client": client_name(fields.get("clientInfo"))}
+    transport.roots.declare(fields.get("capabilities"))
     return {"result": {
         "protocolVersion": version,
         "capabilities": {"tools": {}},
@@ -632,7 +1116,7 @@ def answer_initialize(transport, fields):
 
 def answer_legacy(transport, method, fields):
     if method == "tools/list":
-        return {"result": {"tools": tool_listing()}}
+        return {"result": {"tools": tool_listing(transport.legacy["version"])}}
     if method == "tools/call":
         return prepare_tool_call(fields, transport.legacy["client"])
     if method == "initialize":
@@ -693,7 +1177,14 @@ def prepare_tool_call(fields, client):
         arguments = {}
     if not isinstance(arguments, dict):
         return error_answer(-32602, "Invalid params: arguments must be an object")
-    return {"call": {"tool": name, "arguments": arguments, "client": client}}
+    # The arguments are checked before the call waits for a worker, so a
+    # waiting call holds only what its schema allows, however large the line.
+    try:
+        checked_arguments, problem = validate(tool["inputSchema"], arguments), None
+    except Problem as error:
+        checked_arguments, problem = None, error
+    return {"call": {"tool": name, "arguments": checked_arguments, "problem": problem,
+                     "client": client}}
 
 
 def run_tool_call(transport, job):
@@ -702,9 +1193,11 @@ def run_tool_call(transport, job):
     call = None
     try:
         # The arguments first: bad ones must not cause a single read or request.
-        arguments = validate(tool["inputSchema"], job["arguments"])
-        call = Call(transport.options, job["client"])
-        value = tool["handler"](call, arguments)
+        if job["problem"] is not None:
+            raise job["problem"]
+        roots = transport.roots.for_call() if job["era"] == "legacy" else None
+        call = Call(transport.options, job["client"], roots)
+        value = tool["handler"](call, job["arguments"])
         if "outputSchema" in tool:
             result = {"content": [{"type": "text", "text": json.dumps(value, ensure_ascii=False)}],
                       "structuredContent": value, "isError": False}
@@ -720,6 +1213,8 @@ def run_tool_call(transport, job):
             error = Problem("internal_error")
         result = {"content": [{"type": "text", "text": error.text()}], "isError": True}
         code = error.code
+    for key in REVISION_LACKS.get(job["revision"], ()):
+        result.pop(key, None)
     if job["era"] == "modern":
         result = modern_result(result)
     too_open = call is not None and call.token_too_open
@@ -764,7 +1259,7 @@ STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
 BOOLEAN = {"type": "boolean"}
 TASK_STATUS = {"type": "string", "enum": ["open", "active", "done"]}
-LABEL = {"type": "string", "pattern": "^r[1-9][0-9]*$"}
+LABEL = {"type": "string", "pattern": "^r[1-9][0-9]*$", "maxLength": 20}
 
 # Where an agent finds the number an argument takes, for the "never a UUID" hint.
 NUMBER_SOURCES = {"task": "tasks", "numbers": "pack", "session": "begin",
@@ -796,8 +1291,10 @@ def tool(name, title, description, input_schema, output_schema, handler, read_on
 WHOLE_RESULTS = {"anthropic/maxResultSizeChars": 200000}
 
 
-def tool_listing():
-    return [dict((key, value) for key, value in entry.items() if key != "handler")
+def tool_listing(revision=MODERN_VERSION):
+    """The tools as a revision's schema has them (REVISION_LACKS)."""
+    left_out = ("handler",) + REVISION_LACKS.get(revision, ())
+    return [dict((key, value) for key, value in entry.items() if key not in left_out)
             for entry in TOOLS]
 
 
@@ -884,7 +1381,7 @@ def as_integer(value, name):
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):
-        if value.isascii() and value.isdigit():
+        if DIGITS.match(value):
             try:
                 return int(value)        # as long as the same number written bare
             except ValueError:           # over the interpreter's 4,300 digits, as JSON would be
@@ -917,14 +1414,15 @@ def invalid(hint):
 # (object, text) when the text content is not the object as JSON.
 
 def tool_context(call, args):
-    context, error = call.context_or_error()
+    workspace = call.workspace
+    context, error = ({}, None) if workspace.problem else call.context_or_error()
     task, session = context.get("task"), context.get("session")
     result = {"task_id": task["id"] if task else None,
               "session_id": session["id"] if session else None}
     if error:
-        result["context_error"] = error
-    root, found_by, marked = call.workspace
-    result["workspace"] = {"root": root, "found_by": found_by, "marked": marked}
+        result["context_error"] = error.code
+    result["workspace"] = {"root": workspace.root, "found_by": workspace.found_by,
+                           "marked": workspace.marked, "problem": workspace.problem}
     result["task"] = {"number": task["number"], "title": fold(task.get("title"))} if task else None
     if session:
         agent = session.get("agent") or {}
@@ -952,11 +1450,11 @@ def tool_tasks(call, args):
         query["status"] = args["status"]
     answer = call.send("listTasks", query=query)
     current = (context.get("task") or {}).get("id")
-    tasks = [{"number": field(task, "number", int), "title": fold(task.get("title")),
-              "status": field(task, "status", str), "open_items": field(task, "open_items", int),
+    tasks = [{"number": task["number"], "title": fold(task["title"]), "status": task["status"],
+              "open_items": field(task, "open_items", int),
               "sessions_open": field(task, "sessions_open", int),
-              "current": task.get("id") == current and current is not None}
-             for task in field(answer, "tasks", list)]
+              "current": task["id"] == current}
+             for task in records(answer, "tasks", TASK_FIELDS)]
     return dict(call.ids(context), workspace=call.root, tasks=tasks)
 
 
@@ -1030,7 +1528,10 @@ def tool_begin(call, args):
     agent_name = fold(args.get("agent_name"))
     if len(agent_name) > 64:
         raise invalid("`agent_name` is longer than 64 characters.")
-    context = call.context_or_error()[0]   # begin starts afresh from an unreadable one
+    context, error = call.context_or_error()
+    if error is not None and error.hint:
+        raise error      # a link or a directory in .memprove/: nothing to start afresh from
+    # Otherwise begin starts afresh from an unreadable context.json.
     task = context.get("task")
     if "task" not in args and new_task is None and not task:
         raise Problem("no_task")
@@ -1038,7 +1539,8 @@ def tool_begin(call, args):
     parent_number = args.get("parent_session") or call.environ_parent()
     own = context.get("session")
 
-    sessions = field(call.send("listSessions", query={"workspace": call.root}), "sessions", list)
+    sessions = records(call.send("listSessions", query={"workspace": call.root}), "sessions",
+                       SESSION_FIELDS)
     parent = None
     if parent_number is not None:
         parent = find_record(sessions, parent_number)
@@ -1048,30 +1550,33 @@ def tool_begin(call, args):
         record = find_record(sessions, own["number"], own["id"])
         if record is not None and record.get("state") == "open":
             parent = record
-    workspace = field(call.send("resolveWorkspace", body={"root": call.root}), "workspace", dict)
+    workspace_id = field(field(call.send("resolveWorkspace", body={"root": call.root}),
+                               "workspace", dict), "id", "id")
     made = []
     with call.naming(made):
         if new_task is not None:
-            task = field(call.send("createTask", body={"workspace_id": field(workspace, "id", str),
-                                                       "title": new_task}), "task", dict)
-            made.append("Task %d was created." % field(task, "number", int))
+            task = call.send("createTask", body={"workspace_id": workspace_id, "title": new_task})
+            number = field(field(task, "task", dict), "number", "number")
+            made.append("Task %d was created." % number)
+            task = daemon_task(task["task"])
         else:
             number = args["task"] if "task" in args else task["number"]
-            tasks = field(call.send("listTasks", query={"workspace": call.root}), "tasks", list)
-            found = find_record(tasks, number, None if "task" in args else task["id"])
-            if found is None:
+            tasks = records(call.send("listTasks", query={"workspace": call.root}), "tasks",
+                            TASK_FIELDS)
+            task = find_record(tasks, number, None if "task" in args else task["id"])
+            if task is None:
                 raise Problem("task_not_found", "`task` takes a number from `tasks`.")
-            task = found
         session = field(call.send("createSession", body={
-            "task_id": field(task, "id", str),
+            "task_id": task["id"],
             "agent": {"name": agent["name"], "role": agent["role"]},
             "parent_session_id": parent["id"] if parent else None}), "session", dict)
-        made.append("Session %d is open." % field(session, "number", int))
-        status = field(task, "status", str)
+        made.append("Session %d is open." % field(session, "number", "number"))
+        checked(session, *SESSION_FIELDS)
+        status = task["status"]
         if status == "open":
-            task = field(call.send("transitionTask", path={"task_id": task["id"]}, body={
-                "to": "active", "session_id": session["id"], "evidence": []}), "task", dict)
-            status = field(task, "status", str)
+            moved_on = daemon_task(field(call.send("transitionTask", path={"task_id": task["id"]}, body={
+                "to": "active", "session_id": session["id"], "evidence": []}), "task", dict))
+            status = moved_on["status"]
 
     moved = []
 
@@ -1080,15 +1585,15 @@ def tool_begin(call, args):
             moved.append(move_aside(call.root))
         fresh = current or {}
         fresh["version"] = 1
-        fresh["workspace"] = {"id": workspace["id"], "root": call.root}
-        fresh["task"] = {"id": task["id"], "number": task["number"], "title": task.get("title")}
+        fresh["workspace"] = {"id": workspace_id, "root": call.root}
+        fresh["task"] = {"id": task["id"], "number": task["number"], "title": task["title"]}
         fresh["session"] = context_session(session, parent)
         fresh["updated_at"] = utc_now()
         return fresh
 
     call.write_context(change, made)
     result = {"task_id": task["id"], "session_id": session["id"],
-              "task": {"number": task["number"], "title": fold(task.get("title")), "status": status},
+              "task": {"number": task["number"], "title": fold(task["title"]), "status": status},
               "session": {"number": session["number"],
                           "agent": {"name": agent["name"], "role": agent["role"]},
                           "parent": parent["number"] if parent else None}}
@@ -1122,16 +1627,18 @@ def tool_checkpoint(call, args):
             "reaffirm": reaffirm, "withdraw": withdraw,
             "next_action": {"text": next_action} if next_action is not None else None,
             "evidence": [runs[label] for label in args.get("runs", [])]}
-    checkpoint = field(call.send("createCheckpoint", path={"session_id": session_id}, body=body),
-                       "checkpoint", dict)
-    new = field(checkpoint, "claims", list)
+    answer = call.send("createCheckpoint", path={"session_id": session_id}, body=body)
+    with call.naming(["The checkpoint was recorded."]):
+        checkpoint = field(answer, "checkpoint", dict)
+        new = [checked(claim, ("number", "number"), ("kind", str))
+               for claim in field(checkpoint, "claims", list)]
+        number = field(checkpoint, "number", "number")
     still_open = [n for n, c in claims.items()
                   if c.get("kind") == "open_item" and c.get("state") == "active" and n not in withdraw]
-    return {"task_id": task_id, "session_id": session_id,
-            "checkpoint": field(checkpoint, "number", int),
-            "claims": [{"number": field(c, "number", int), "kind": field(c, "kind", str)} for c in new],
+    return {"task_id": task_id, "session_id": session_id, "checkpoint": number,
+            "claims": [{"number": c["number"], "kind": c["kind"]} for c in new],
             "reaffirmed": list(reaffirm), "withdrawn": list(withdraw),
-            "open_items": len(still_open) + sum(1 for c in new if c.get("kind") == "open_item")}
+            "open_items": len(still_open) + sum(1 for c in new if c["kind"] == "open_item")}
 
 
 def tool_decide(call, args):
@@ -1157,9 +1664,11 @@ def tool_decide(call, args):
         "task_id": task_id, "text": decision, "rationale": rationale,
         "alternatives": alternatives, "evidence": [runs[label] for label in args.get("runs", [])],
         "supersedes": supersedes})
-    claim = field(field(answer, "decision", dict), "claim", dict)
-    return {"task_id": task_id, "session_id": session_id, "claim": field(claim, "number", int),
-            "decision_state": field(claim, "decision_state", str)}
+    with call.naming(["The decision was recorded."]):
+        claim = checked(field(field(answer, "decision", dict), "claim", dict),
+                        ("number", "number"), ("decision_state", str))
+    return {"task_id": task_id, "session_id": session_id, "claim": claim["number"],
+            "decision_state": claim["decision_state"]}
 
 
 def tool_end(call, args):
@@ -1177,31 +1686,42 @@ def tool_end(call, args):
         if not own:
             raise Problem("no_session")
         number, outcome = own["number"], "ended"
-    sessions = field(call.send("listSessions", query={"workspace": call.root}), "sessions", list)
+    sessions = records(call.send("listSessions", query={"workspace": call.root}), "sessions",
+                       SESSION_FIELDS + (("task_id", "id"),))
     known_id = own["id"] if own and own["number"] == number else None
     target = find_record(sessions, number, known_id)
     if target is None or ("session" in args and target.get("task_id") != context["task"]["id"]):
         raise Problem("session_not_found", "`%s` takes a Session number." %
                       ("abandoned" if "abandoned" in args else "session"))
-    ended = field(call.send("endSession", path={"session_id": target["id"]},
-                            body={"outcome": outcome}), "session", dict)
+    ended = call.send("endSession", path={"session_id": target["id"]}, body={"outcome": outcome})
     made = ["Session %d was ended." % number]
     with call.naming(made):
-        capsule = call.capsule(field(target, "task_id", str))
-    open_items = sum(1 for claim in capsule.get("claims") or ()
+        outcome = field(field(ended, "session", dict), "state", str)
+        capsule = call.capsule(target["task_id"])
+        parent_id = target.get("parent_session_id")
+        parent = find_record(sessions, None, parent_id) if parent_id else None
+        if parent is not None and parent.get("state") != "open":
+            parent = None
+        grandparent = None
+        if parent is not None and parent.get("parent_session_id"):
+            grandparent = find_record(sessions, None, parent["parent_session_id"])
+        parent_task = None
+        if parent is not None and parent["task_id"] != target["task_id"]:
+            # §6 rule 10: the context never names a Session of another Task.
+            parent_task = find_record(records(call.send("listTasks", query={"workspace": call.root}),
+                                              "tasks", TASK_FIELDS), None, parent["task_id"])
+            if parent_task is None:
+                raise Problem("daemon_error", "It did not list the parent Session's Task.")
+    open_items = sum(1 for claim in capsule["claims"]
                      if claim.get("kind") == "open_item" and claim.get("state") == "active")
-    parent_id = target.get("parent_session_id")
-    parent = find_record(sessions, target.get("parent_number"), parent_id) if parent_id else None
-    if parent is not None and parent.get("state") != "open":
-        parent = None
-    grandparent = None
-    if parent is not None and parent.get("parent_session_id"):
-        grandparent = find_record(sessions, parent.get("parent_number"), parent["parent_session_id"])
 
     def change(current):
         if current is None or (current.get("session") or {}).get("id") != target["id"]:
             return None    # the context is on another Session: leave it be
         current["session"] = context_session(parent, grandparent) if parent else None
+        if parent_task is not None:
+            current["task"] = {"id": parent_task["id"], "number": parent_task["number"],
+                               "title": parent_task["title"]}
         current["updated_at"] = utc_now()
         return current
 
@@ -1211,7 +1731,7 @@ def tool_end(call, args):
     else:
         context_number = own["number"] if own and own["id"] != target["id"] else None
     return {"task_id": target["task_id"], "session_id": target["id"], "session": number,
-            "outcome": field(ended, "state", str), "open_items": open_items,
+            "outcome": outcome, "open_items": open_items,
             "context_session": context_number}
 
 
@@ -1232,9 +1752,11 @@ def tool_complete(call, args):
                 if recorded.get(run.get("id"), {}).get("passed") is not True]
     if unproven:
         raise Problem("evidence_invalid", "Not recorded as passed by the daemon: %s." % ", ".join(unproven))
-    task = field(call.send("transitionTask", path={"task_id": task_id}, body={
-        "to": "done", "session_id": session_id, "evidence": [run["id"] for run in latest]}), "task", dict)
-    return {"task_id": task_id, "session_id": session_id, "task": field(task, "number", int),
+    answer = call.send("transitionTask", path={"task_id": task_id}, body={
+        "to": "done", "session_id": session_id, "evidence": [run["id"] for run in latest]})
+    with call.naming(["The Task was completed."]):
+        number = field(field(answer, "task", dict), "number", "number")
+    return {"task_id": task_id, "session_id": session_id, "task": number,
             "status": "done", "evidence": [run["label"] for run in latest]}
 
 
@@ -1259,15 +1781,14 @@ def check_session_and_claims(capsule, session_id, numbers):
     return claims
 
 
-def find_record(records, number, record_id=None):
+def find_record(checked_records, number, record_id=None):
     """The Task or Session with that id, else with that number; None if neither."""
-    for record in records:
-        if isinstance(record, dict) and record_id is not None and record.get("id") == record_id:
+    for record in checked_records:
+        if record_id is not None and record["id"] == record_id:
             return record
     if record_id is None:
-        for record in records:
-            if isinstance(record, dict) and record.get("number") == number and \
-                    isinstance(record.get("id"), str):
+        for record in checked_records:
+            if record["number"] == number:
                 return record
     return None
 
@@ -1281,11 +1802,41 @@ def context_session(session, parent):
 
 
 def field(record, key, kind):
-    """A field of a daemon answer, or daemon_error: its records are not ours to trust."""
+    """A field of a daemon answer, or daemon_error: its records are not ours to trust.
+
+    `kind` is a type, or "id" (a non-empty string) or "number" (an integer
+    of 1 or more), as contract.md §3 types the records (§6 rule 3).
+    """
     value = record.get(key) if isinstance(record, dict) else None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise Problem("daemon_error", "Its answer lacked a field.")
+    if kind == "id":
+        sound = isinstance(value, str) and value != ""
+    elif kind == "number":
+        sound = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    else:
+        sound = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not sound:
+        raise Problem("daemon_error", "Its answer lacked a field or gave one of the wrong type.")
     return value
+
+
+def checked(record, *fields):
+    """The record, once each (key, kind) of it is as contract.md §3 says."""
+    for key, kind in fields:
+        field(record, key, kind)
+    return record
+
+
+TASK_FIELDS = (("id", "id"), ("number", "number"), ("title", str), ("status", str))
+SESSION_FIELDS = (("id", "id"), ("number", "number"))
+
+
+def daemon_task(record):
+    return checked(record, *TASK_FIELDS)
+
+
+def records(answer, key, fields):
+    """A list of records from a daemon answer, every one checked."""
+    return [checked(record, *fields) for record in field(answer, key, list)]
 
 
 # -- the tool table ----------------------------------------------------------
@@ -1327,7 +1878,8 @@ TOOLS = [
          "context problem.",
          inputs({}),
          outputs(dict(RESULT_IDS,
-                      workspace=outputs({"root": STRING, "found_by": STRING, "marked": BOOLEAN}),
+                      workspace=outputs({"root": nullable(STRING), "found_by": STRING,
+                                         "marked": BOOLEAN, "problem": nullable(STRING)}),
                       task={"type": ["object", "null"]},
                       session={"type": ["object", "null"]},
                       agent=outputs({"name": STRING, "role": STRING, "name_from": STRING,
@@ -1429,12 +1981,14 @@ TOOLS_BY_NAME = dict((entry["name"], entry) for entry in TOOLS)
 # the first daemon request is about to be sent (contract.md §4's order).
 
 class Call:
-    def __init__(self, options, client):
+    def __init__(self, options, client, roots=None):
         self.environ = dict(os.environ)
         self.config_dir = config_directory(options.get("config_dir"), self.environ)
         self.client = client
-        self.workspace = find_workspace(self.environ)
-        self.root = self.workspace[0]
+        self.warnings = []
+        self.workspace = find_workspace(self.environ, options.get("workspace"), roots,
+                                        self.warnings)
+        self.root = self.workspace.root
         self.token_too_open = False
         self.daemon = None
         self._context = None
@@ -1442,6 +1996,13 @@ class Call:
     # -- context files ------------------------------------------------------
 
     def context_or_error(self):
+        """(context, None), or ({}, the Problem that makes it unreadable).
+
+        Raises workspace_unusable first: contract.md §4 finds the Workspace's
+        problem before the context file's.
+        """
+        if self.workspace.problem:
+            raise Problem(self.workspace.problem)
         if self._context is None:
             self._context = read_context(self.root)
         return self._context
@@ -1450,7 +2011,7 @@ class Call:
         """The context, or context_unreadable for every tool but context and begin."""
         context, error = self.context_or_error()
         if error:
-            raise Problem(error)
+            raise error
         return context
 
     def runs(self):
@@ -1481,8 +2042,7 @@ class Call:
         return {"name": name, "role": role, "name_from": name_from, "role_from": role_from}
 
     def environ_parent(self):
-        raw = self.environ.get("MEMPROVE_PARENT_SESSION") or ""
-        return int(raw) if raw.isascii() and raw.isdigit() and int(raw) >= 1 else None
+        return parent_setting(self.environ)
 
     def working_session(self, context, number):
         """(Task id, Session number) a checkpoint-like call works in; the local checks."""
@@ -1501,7 +2061,7 @@ class Call:
         if own and own["number"] == number:
             return own["id"]
         answer = self.send("listSessions", query={"workspace": self.root, "task_id": task_id})
-        found = find_record(field(answer, "sessions", list), number)
+        found = find_record(records(answer, "sessions", SESSION_FIELDS), number)
         if found is None or found.get("task_id") != task_id:
             raise Problem("session_not_found", "`session` takes a number from `begin`.")
         return found["id"]
@@ -1525,7 +2085,8 @@ class Call:
     def write_context(self, change, made):
         try:
             return update_context(self.root, change)
-        except OSError:
+        except Exception:
+            record_internal_error(sys.exc_info())
             raise Problem("internal_error", " ".join(
                 ["The context file could not be written."] + made))
 
@@ -1536,14 +2097,18 @@ class Call:
         report = {"config_dir": self.config_dir, "token_from": None, "token_file_mode": None,
                   "data_dir": None, "data_dir_from": None, "daemon_url": None, "warnings": []}
         warnings = report["warnings"]
+        warnings.extend(self.warnings)
         source, path = token_source(self.environ, self.config_dir)
         report["token_from"] = source
         if path:
+            self.token_too_open = token_file_too_open(path)
             try:
-                self.token_too_open = read_token_file(path)[1]
+                read_token_file(path)
                 report["token_file_mode"] = "too_open" if self.token_too_open else "ok"
             except Problem:
                 warnings.append(source if source != "config" else "token")
+                if self.token_too_open:
+                    report["token_file_mode"] = "too_open"
         try:
             data_dir, report["data_dir_from"] = data_directory(self.environ, self.config_dir)
             report["data_dir"] = data_dir
@@ -1558,7 +2123,7 @@ class Call:
         if role and not ROLE.match(role):
             warnings.append("MEMPROVE_AGENT_ROLE")
         name = self.environ.get("MEMPROVE_AGENT_NAME")
-        if name and not fold(name):
+        if name and not fold(name) or len(fold(name)) > 64:
             warnings.append("MEMPROVE_AGENT_NAME")
         return report
 
@@ -1566,7 +2131,9 @@ class Call:
 
     def send(self, operation, path=None, query=None, body=None):
         if self.daemon is None:
-            token, self.token_too_open = read_token(self.environ, self.config_dir)
+            self.token_too_open = token_file_too_open(
+                token_source(self.environ, self.config_dir)[1])
+            token = read_token(self.environ, self.config_dir)[0]
             data_dir = data_directory(self.environ, self.config_dir)[0]
             self.daemon = DaemonClient(read_daemon_url(data_dir), token,
                                        timeout_setting(self.environ) or DEFAULT_TIMEOUT)
@@ -1580,15 +2147,25 @@ class Call:
                 raise Problem("no_task")
             return task["id"]
         answer = self.send("listTasks", query={"workspace": self.root})
-        for task in field(answer, "tasks", list):
-            if isinstance(task, dict) and task.get("number") == number:
-                return field(task, "id", str)
-        raise Problem("task_not_found", "`task` takes a number from `tasks`.")
+        found = find_record(records(answer, "tasks", TASK_FIELDS), number)
+        if found is None:
+            raise Problem("task_not_found", "`task` takes a number from `tasks`.")
+        return found["id"]
 
     def capsule(self, task_id):
+        """The Task's Capsule, its parts checked once for every tool that reads it."""
         answer = self.send("getTaskCapsule", path={"task_id": task_id})
-        capsule = answer.get("capsule")
-        if not isinstance(capsule, dict) or not isinstance(capsule.get("task"), dict):
+        capsule = field(answer, "capsule", dict)
+        try:
+            daemon_task(field(capsule, "task", dict))
+            for key in ("sessions", "claims", "runs"):
+                if not all(isinstance(item, dict) for item in field(capsule, key, list)):
+                    raise Problem("daemon_error")
+            for claim in capsule["claims"]:
+                field(claim, "number", "number")
+            for session in capsule["sessions"]:
+                checked(session, *SESSION_FIELDS)
+        except Problem:
             raise Problem("daemon_error", "Its Capsule could not be read.")
         return capsule
 
@@ -1604,8 +2181,13 @@ class NamingWhatWasMade:
         return self
 
     def __exit__(self, kind, error, traceback):
-        if isinstance(error, Problem) and self.made:
-            error.hint = " ".join(([error.hint] if error.hint else []) + self.made)
+        if error is None or not self.made or not isinstance(error, Exception):
+            return False
+        if not isinstance(error, Problem):
+            # contract.md §6 rule 1: after a write, never a bare internal_error.
+            record_internal_error((kind, error, traceback))
+            raise Problem("internal_error", " ".join(self.made))
+        error.hint = " ".join(([error.hint] if error.hint else []) + self.made)
         return False
 
 
@@ -1662,6 +2244,17 @@ def read_token(environ, config_dir):
     return token, too_open
 
 
+def token_file_too_open(path):
+    """Whether a token file grants group or others any access; read or not,
+    valid or not, that is worth a warning (contract.md §6 rule 11)."""
+    if path is None or os.name == "nt":
+        return False
+    try:
+        return bool(os.stat(path).st_mode & 0o077)
+    except OSError:
+        return False
+
+
 def read_token_file(path):
     try:
         data, mode = read_regular(path, 65536)
@@ -1699,26 +2292,90 @@ def read_daemon_url(data_dir):
     return record["url"]
 
 
+MAX_TIMEOUT = 86400.0                # contract.md §6 rule 7: a day at most
+
+
 def timeout_setting(environ):
+    """MEMPROVE_TIMEOUT in seconds, or None when unset or out of bounds."""
     raw = environ.get("MEMPROVE_TIMEOUT")
-    if not raw or not raw.isascii() or "_" in raw:
+    if not raw or not ascii_only(raw) or "_" in raw:
         return None                      # float() would also read "1_0" and full-width digits
     try:
         seconds = float(raw)
     except ValueError:
         return None
-    if seconds > 0 and seconds < float("inf"):
+    if 0 < seconds <= MAX_TIMEOUT:
         return seconds
     return None
 
 
-def find_workspace(environ):
-    """Return (root, found_by, marked) per contract.md §2."""
+def parent_setting(environ):
+    """MEMPROVE_PARENT_SESSION as a Session number, or None when unset or unusable."""
+    raw = environ.get("MEMPROVE_PARENT_SESSION") or ""
+    if DIGITS.match(raw) and len(raw) <= 18 and int(raw) >= 1:
+        return int(raw)
+    return None
+
+
+class Workspace:
+    """Where a call works: the root, the source of its start directory,
+    whether a `.memprove/` marks it, and `workspace_unusable` or None."""
+
+    def __init__(self, root, found_by, marked=False, problem=None):
+        self.root, self.found_by, self.marked, self.problem = root, found_by, marked, problem
+
+    def __eq__(self, other):
+        return isinstance(other, Workspace) and vars(self) == vars(other)
+
+    def __repr__(self):
+        return "Workspace(%r, %r, %r, %r)" % (self.root, self.found_by, self.marked, self.problem)
+
+
+def workspace_start(option, environ, roots=None, warnings=None):
+    """(start directory or None, its source) in contract.md §2's order.
+
+    A `--workspace` or MEMPROVE_WORKSPACE still holding `${` is a variable
+    the client did not expand: it can never be meant, so the next source is
+    used and `warnings` says so.  `roots` is the start directory the client's
+    roots gave (the legacy era only), or None.
+    """
+    for value, source in ((option, "--workspace"),
+                          (environ.get("MEMPROVE_WORKSPACE"), "MEMPROVE_WORKSPACE")):
+        if value and "${" in value:
+            if warnings is not None:
+                warnings.append(source + " not expanded")
+        elif value:
+            return value, source
     if environ.get("CLAUDE_PROJECT_DIR"):
-        start, found_by = environ["CLAUDE_PROJECT_DIR"], "CLAUDE_PROJECT_DIR"
-    else:
-        start, found_by = os.getcwd(), "working directory"
-    start = os.path.realpath(start)
+        return environ["CLAUDE_PROJECT_DIR"], "CLAUDE_PROJECT_DIR"
+    if roots:
+        return roots, "roots"
+    try:
+        return os.getcwd(), "working directory"
+    except OSError:                      # deleted under us: there is none to give
+        return None, "working directory"
+
+
+def find_workspace(environ, option=None, roots=None, warnings=None):
+    """The Workspace per contract.md §2; never raises."""
+    start, found_by = workspace_start(option, environ, roots, warnings)
+    try:
+        start = os.path.realpath(os.path.abspath(os.path.expanduser(start)))
+        usable = os.path.isdir(start)
+    except (OSError, TypeError, ValueError):  # a relative start with no working directory
+        return Workspace(None, found_by, problem="workspace_unusable")
+    if not usable:
+        return Workspace(start, found_by, problem="workspace_unusable")
+    root, marked = climb_to_root(start)
+    if not utf8_path(root):
+        # It could not be sent to the daemon as the same string in a query and a body.
+        return Workspace(root, found_by, marked, "workspace_unusable")
+    return Workspace(root, found_by, marked)
+
+
+def climb_to_root(start):
+    """(root, marked): the nearest directory holding `.memprove/`, the climb
+    stopping after a repository's root and below the home directory."""
     home = os.path.realpath(os.path.expanduser("~"))
     off_limits = set()
     place = home
@@ -1732,7 +2389,7 @@ def find_workspace(environ):
     place = start
     while True:
         if os.path.isdir(os.path.join(place, ".memprove")):
-            return place, found_by, True
+            return place, True
         if os.path.exists(os.path.join(place, ".git")):
             repository = place
             break
@@ -1740,7 +2397,15 @@ def find_workspace(environ):
         if parent == place or parent in off_limits:
             break
         place = parent
-    return repository or start, found_by, False
+    return repository or start, False
+
+
+def utf8_path(path):
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:           # bytes the file system decoding could not read
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -1760,24 +2425,55 @@ def read_regular(path, limit):
 
 
 def read_context(root):
-    """Return (context, error): an empty context when the file is missing,
-    and ({}, "context_unreadable") when it is not a version-1 context."""
+    """Return (context, None): an empty context when the file is missing; or
+    ({}, Problem("context_unreadable")) when it is not a version-1 context,
+    with a hint when `.memprove/` itself cannot be written safely."""
+    unsafe = unsafe_context_directory(root)
+    if unsafe:
+        return {}, Problem("context_unreadable", unsafe)
     path = os.path.join(root, ".memprove", "context.json")
     try:
         data = read_regular(path, MAX_CONTEXT_FILE + 1)[0]
     except FileNotFoundError:
         return {"version": 1, "task": None, "session": None}, None
     except (OSError, ValueError):
-        return {}, "context_unreadable"
+        return {}, Problem("context_unreadable")
     try:
         if len(data) > MAX_CONTEXT_FILE:
             raise ValueError("too large")
         context = json.loads(data.decode("utf-8"), parse_constant=reject_constant)
     except (ValueError, RecursionError):
-        return {}, "context_unreadable"
+        return {}, Problem("context_unreadable")
     if not context_is_sound(context):
-        return {}, "context_unreadable"
+        return {}, Problem("context_unreadable")
     return context, None
+
+
+def unsafe_context_directory(root):
+    """A hint naming what in `.memprove/` a write would follow or fail on, or None.
+
+    contract.md §6 rule 6: a link there could make a write create a file
+    outside the Workspace, so it is found with the context file, before any
+    daemon request, rather than when the write comes.
+    """
+    import stat
+    directory = os.path.join(root, ".memprove")
+    for path, name, wanted in ((directory, ".memprove", stat.S_ISDIR),
+                               (os.path.join(directory, "context.lock"), "context.lock",
+                                stat.S_ISREG)):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return "The file %s cannot be examined." % name
+        if name == ".memprove" and stat.S_ISLNK(mode):
+            continue                     # a linked context directory is the user's choice
+        if not wanted(mode):
+            kind = "a link" if stat.S_ISLNK(mode) else "not a %s" % (
+                "directory" if name == ".memprove" else "regular file")
+            return "The file %s is %s." % (name, kind)
+    return None
 
 
 def context_is_sound(context):
@@ -1850,21 +2546,29 @@ def update_context(root, change):
     """
     directory = os.path.join(root, ".memprove")
     os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "context.lock"), "a+b") as lock:
+    lock_path = os.path.join(directory, "context.lock")
+    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | NO_FOLLOW | getattr(os, "O_BINARY", 0),
+                         0o666)
+    with os.fdopen(descriptor, "r+b") as lock:
         lock_exclusively(lock)
         try:
+            unsafe = unsafe_context_directory(root)
+            if unsafe:
+                raise OSError(unsafe)
             remove_stale_temporaries(directory)
             current, error = read_context(root)
             replacement = change(None if error else current)
             if replacement is not None:
+                # ASCII JSON: a lone surrogate an agent sent is written as its \\u escape.
                 replace_file(os.path.join(directory, "context.json"),
-                             (json.dumps(replacement, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
+                             (json.dumps(replacement, indent=2) + "\n").encode("ascii"))
             return replacement
         finally:
             unlock(lock)
 
 
 TEMPORARY_PREFIX = ".context."
+NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def remove_stale_temporaries(directory):
@@ -1883,10 +2587,14 @@ def remove_stale_temporaries(directory):
 
 
 def replace_file(path, data):
+    """Write `data` to a temporary file, then rename it over `path`; the new
+    file keeps the mode of the one it replaces (a new one: the umask's)."""
     temporary = os.path.join(os.path.dirname(path), "%s%s.tmp" % (TEMPORARY_PREFIX, os.urandom(6).hex()))
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW |
+                     getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(handle, "wb") as stream:
+            keep_mode(stream.fileno(), path)
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
@@ -1897,6 +2605,15 @@ def replace_file(path, data):
         except OSError:
             pass
         raise
+
+
+def keep_mode(descriptor, path):
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        return                           # no file to replace
+    if hasattr(os, "fchmod"):
+        os.fchmod(descriptor, mode)
 
 
 def lock_exclusively(handle):
@@ -1962,6 +2679,8 @@ OPERATIONS = {
     "verifyLedger": ("POST", "/v1/ledger/verify", False),
 }
 MAX_HEAD = 64 * 1024                 # bytes of status line and headers
+MAYBE_WRITTEN = ("The first attempt's answer was lost, so the write may have been made; "
+                 "look (`pack`) before repeating it.")
 
 
 class LostAnswer(Exception):
@@ -1998,15 +2717,22 @@ class DaemonClient:
         if is_write:
             head.append("Idempotency-Key: " + random_uuid())
         request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload
-        attempts = 2 if is_write else 1
-        for attempt in range(attempts):
+        if not is_write:
             try:
-                status, data = self.exchange(request)
-                break
+                return interpret_answer(*self.exchange(request))
             except LostAnswer as lost:
-                if attempt + 1 == attempts:
-                    raise Problem(lost.code)
-        return interpret_answer(status, data)
+                raise Problem(lost.code)
+        try:
+            return interpret_answer(*self.exchange(request))
+        except LostAnswer:
+            pass
+        # The same key again: the daemon answers a repeat without writing twice.
+        try:
+            return interpret_answer(*self.exchange(request))
+        except (LostAnswer, Problem) as failed:
+            # §6 rule 9: whatever stops the retry, the first attempt may have written.
+            raise Problem(failed.code, ("%s %s" % (failed.hint, MAYBE_WRITTEN)) if getattr(
+                failed, "hint", None) else MAYBE_WRITTEN, getattr(failed, "from_daemon", False))
 
     def exchange(self, request):
         """Send one request; return (status, body) within the timeout."""
@@ -2057,7 +2783,7 @@ class Answer:
         length = headers.get("content-length")
         if length is None:
             return status, self.read_to_close()
-        if not length.isdigit() or not length.isascii():
+        if not DIGITS.match(length):
             raise ValueError("bad Content-Length")
         return status, self.read_exactly(int(length))
 
@@ -2263,7 +2989,7 @@ def fold(text):
 
 
 def utf16_len(text):
-    if text.isascii():
+    if ascii_only(text):
         return len(text)
     return len(text.encode("utf-16-le", "surrogatepass")) >> 1
 

@@ -263,6 +263,13 @@ def test_timeout_unset_or_unfit_is_none(raw):
 # find_workspace: nearest .memprove/ wins, a .git stops the climb, home is off limits
 # --------------------------------------------------------------------------
 
+def found(environ):
+    """find_workspace's root, source and marker, as the tests below name them."""
+    workspace = mp.find_workspace(environ)
+    assert workspace.problem is None, workspace
+    return workspace.root, workspace.found_by, workspace.marked
+
+
 @pytest.fixture
 def tree(tmp_path, home):
     """tmp/w/a/b with HOME at tmp/home (so the climb stops below tmp)."""
@@ -275,13 +282,13 @@ def test_workspace_start_is_claude_project_dir(tree, monkeypatch):
     (tree / "a" / ".memprove").mkdir()
     monkeypatch.chdir(tree)
     env = {"CLAUDE_PROJECT_DIR": str(tree / "a" / "b")}
-    assert mp.find_workspace(env) == (str(tree / "a"), "CLAUDE_PROJECT_DIR", True)
+    assert found(env) == (str(tree / "a"), "CLAUDE_PROJECT_DIR", True)
 
 
 def test_workspace_start_is_working_directory(tree, monkeypatch):
     (tree / "a" / ".memprove").mkdir()
     monkeypatch.chdir(tree / "a" / "b")
-    assert mp.find_workspace({"CLAUDE_PROJECT_DIR": ""}) == (str(tree / "a"), "working directory", True)
+    assert found({"CLAUDE_PROJECT_DIR": ""}) == (str(tree / "a"), "working directory", True)
 
 
 # (markers made under tmp/w: path -> "dir" or "file"), start, expected root, marked
@@ -301,7 +308,7 @@ def test_workspace_root_search(tree, markers, start, root, marked):
             (tree / relative).mkdir()
         else:
             (tree / relative).write_text("gitdir: /elsewhere/.git/worktrees/a\n")
-    assert mp.find_workspace({"CLAUDE_PROJECT_DIR": str(tree / start)}) == \
+    assert found({"CLAUDE_PROJECT_DIR": str(tree / start)}) == \
         (str(tree / root), "CLAUDE_PROJECT_DIR", marked)
 
 
@@ -317,7 +324,7 @@ def test_workspace_home_is_off_limits(home, markers, start, root, marked):
     (base / start).mkdir(parents=True, exist_ok=True)
     for relative in markers:
         (base / relative).mkdir()
-    assert mp.find_workspace({"CLAUDE_PROJECT_DIR": str(base / start)}) == \
+    assert found({"CLAUDE_PROJECT_DIR": str(base / start)}) == \
         (str(base / root), "CLAUDE_PROJECT_DIR", marked)
 
 
@@ -326,7 +333,7 @@ def test_workspace_symlinks_are_resolved(tree, tmp_path):
     (tree / "a" / ".memprove").mkdir()
     link = tmp_path.resolve() / "w" / "link"
     link.symlink_to(tree / "a" / "b", target_is_directory=True)
-    assert mp.find_workspace({"CLAUDE_PROJECT_DIR": str(link)})[:3:2] == (str(tree / "a"), True)
+    assert found({"CLAUDE_PROJECT_DIR": str(link)})[::2] == (str(tree / "a"), True)
 
 
 # --------------------------------------------------------------------------

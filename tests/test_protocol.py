@@ -129,9 +129,11 @@ def test_server_discover_opening(serve, server_version):
     ("2025-06-18", "2025-06-18"),
     ("2026-07-28", "2025-11-25"),
     ("2099-01-01", "2025-11-25"),
-    ("2024-11-05", "2025-11-25"),
+    ("2025-03-26", "2025-03-26"),   # clients.md, "Older handshakes"
+    ("2024-11-05", "2024-11-05"),
     ("not-a-version", "2025-11-25"),
-], ids=["2025-11-25", "2025-06-18", "2026-07-28", "unknown-date", "2024-11-05", "garbage"])
+], ids=["2025-11-25", "2025-06-18", "2026-07-28", "unknown-date", "2025-03-26", "2024-11-05",
+        "garbage"])
 def test_initialize_opening(serve, server_version, asked, answered):
     server = serve()
     response = server.request("initialize", initialize_params(asked), id=0)

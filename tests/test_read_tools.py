@@ -142,7 +142,8 @@ def test_context_without_any_configuration(start_server, workspace, home):
     assert list(result) == ["task_id", "session_id", "workspace", "task", "session", "agent",
                             "runs", "config"]
     assert result["workspace"] == {"root": str(workspace.resolve()),
-                                   "found_by": "working directory", "marked": True}
+                                   "found_by": "working directory", "marked": True,
+                                   "problem": None}
     assert result["agent"] == {"name": "pytest-client", "role": "implementer",
                                "name_from": "client", "role_from": "client"}
     assert result["config"] == {"config_dir": str(home / ".config" / "memprove"),

@@ -37,13 +37,17 @@ are imported where they are used, so that start-up stays close to the
 interpreter's own.
 """
 
-import json
 import os
-import re
 import sys
 import threading
 import time
 from bisect import bisect_right
+
+# `json` and `re` are imported where they are needed, not here: on a clean
+# interpreter `import json` (which brings re, enum, functools, collections)
+# costs as much as the interpreter's own start, and answering
+# `server/discover`, `initialize` or `tools/list` needs neither (see
+# load_json, dump_json and Pattern).
 
 # ---------------------------------------------------------------------------
 # 1. Constants and Problems
@@ -122,8 +126,22 @@ SERVER_CODES = frozenset(code for code in PROBLEMS if code not in (
     "unauthenticated", "token_revoked", "scope_missing", "role_forbidden", "not_found",
     "claim_not_found", "claim_not_active", "session_not_open", "invalid_transition",
     "evidence_invalid", "validation_failed", "idempotency_key_reused"))
-PROBLEM_CODE = re.compile(r"[a-z][a-z0-9_]*\Z")
-DIGITS = re.compile(r"[0-9]+\Z")     # ASCII digits only: str.isdigit() takes any script's
+class Pattern:
+    """A regular expression compiled when first used, so start-up imports no `re`."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def __getattr__(self, name):
+        import re
+        compiled = re.compile(self.source)
+        for method in ("match", "search", "sub"):
+            setattr(self, method, getattr(compiled, method))   # later uses skip this
+        return getattr(compiled, name)
+
+
+PROBLEM_CODE = Pattern(r"[a-z][a-z0-9_]*\Z")
+DIGITS = Pattern(r"[0-9]+\Z")       # ASCII digits only: str.isdigit() takes any script's
 # str.isascii() is 3.7's; on 3.6 the widest character tells the same.
 ascii_only = getattr(str, "isascii", None) or (lambda text: not text or max(text) < "\x80")
 
@@ -445,6 +463,7 @@ def client_entry(name, command, args, config_dir, environ, workspace=None, root=
 
 def json_text(document):
     # The form print-config has always printed: the default stays byte for byte.
+    import json
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -474,7 +493,10 @@ def toml_string(value):
 
 
 def toml_key(key):
-    return key if re.match(r"[A-Za-z0-9_-]+\Z", key) else toml_string(key)
+    return key if TOML_BARE_KEY.match(key) else toml_string(key)
+
+
+TOML_BARE_KEY = Pattern(r"[A-Za-z0-9_-]+\Z")
 
 
 def toml_value(value):
@@ -530,7 +552,10 @@ def yaml_string(value):
 
 
 def yaml_key(key):
-    return key if re.match(r"[A-Za-z_][A-Za-z0-9_.]*\Z", key) else yaml_string(key)
+    return key if YAML_PLAIN_KEY.match(key) else yaml_string(key)
+
+
+YAML_PLAIN_KEY = Pattern(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
 def yaml_scalar(value):
@@ -601,7 +626,10 @@ def install_signal_handlers():
     thread waits for them, so they are acted on even while the main thread is
     inside a long C-level read (a Python handler would wait for it to return).
     """
-    import signal
+    try:
+        import _signal as signal         # `signal` wraps it in enums, which cost a start
+    except ImportError:
+        import signal
     wanted = [getattr(signal, name) for name in ("SIGTERM", "SIGINT") if hasattr(signal, name)]
 
     def leave(signum, frame):
@@ -653,17 +681,81 @@ def encode_message(message):
 def json_bytes(value):
     """Compact JSON in UTF-8, for the client and for the daemon."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        return dump_json(value, ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         # A lone surrogate (an echoed id, an agent's text) cannot be UTF-8: escape it.
-        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+        return dump_json(value).encode("ascii")
 
 
 def log_field(value):
     """A client-chosen method or id as it goes into the log: JSON, cut short."""
     if value is ABSENT:
         return "-"
-    return json.dumps(value, ensure_ascii=True)[:LOG_FIELD]
+    return dump_json(value)[:LOG_FIELD]
+
+
+# -- JSON through the json package's own C accelerator ------------------------
+# json.loads and json.dumps hand their work to `_json` when it exists (with
+# no indent); calling it directly does the same work without importing the
+# package.  The interface used here is the same from 3.6 to 3.15; where the
+# accelerator is missing (another implementation), the package is used.
+
+try:
+    import _json
+    SCANNER, ENCODER = _json.make_scanner, _json.make_encoder
+    QUOTE, QUOTE_ASCII = _json.encode_basestring, _json.encode_basestring_ascii
+except (ImportError, AttributeError):
+    SCANNER = ENCODER = None
+
+
+class ScanOptions:
+    """What the scanner reads from a json.JSONDecoder: numbers as Python's,
+    NaN and Infinity refused (they are not JSON), and no hook (3.15 added
+    `array_hook`; a hook a later release adds is None here too)."""
+
+    strict = True
+    parse_float, parse_int = float, int
+
+    @staticmethod
+    def parse_constant(name):
+        return reject_constant(name)
+
+    def __getattr__(self, name):
+        if name.endswith("_hook"):
+            return None
+        raise AttributeError(name)
+
+
+def load_json(text):
+    """json.loads(text), NaN and Infinity refused; ValueError for anything not JSON."""
+    try:
+        scan = SCANNER(ScanOptions())
+    except (TypeError, AttributeError):  # no accelerator, or one that wants more
+        import json
+        return json.loads(text, parse_constant=reject_constant)
+    start = len(text) - len(text.lstrip(" \t\n\r"))
+    try:
+        value, end = scan(text, start)
+    except StopIteration:
+        raise ValueError("not a JSON value")
+    if text[end:].strip(" \t\n\r"):
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
+def dump_json(value, ascii=True, separators=(",", ":")):
+    """json.dumps(value, ensure_ascii=ascii, separators=separators, allow_nan=False)."""
+    try:
+        encode = ENCODER(None, not_json, QUOTE_ASCII if ascii else QUOTE, None,
+                         separators[1], separators[0], False, False, False)
+    except (TypeError, NameError):       # no accelerator, or one that wants more
+        import json
+        return json.dumps(value, ensure_ascii=ascii, separators=separators, allow_nan=False)
+    return "".join(encode(value, 0))
+
+
+def not_json(value):
+    raise TypeError("%s is not JSON" % type(value).__name__)
 
 
 ABSENT = object()
@@ -718,7 +810,7 @@ class Transport:
 
     def handle_line(self, line, started):
         try:
-            message = json.loads(line.decode("utf-8"), parse_constant=reject_constant)
+            message = load_json(line.decode("utf-8"))
         except (ValueError, RecursionError):
             self.log("-", ABSENT, ABSENT, "-", "-32700", started)
             self.reply_error(ABSENT, -32700, "Parse error: the line is not a JSON-RPC message in UTF-8 JSON")
@@ -933,7 +1025,7 @@ def file_uri_path(uri):
     if parts.scheme.lower() != "file" or parts.netloc.lower() not in ("", "localhost"):
         return None
     path = unquote(parts.path, errors="surrogateescape")
-    if os.name == "nt" and re.match(r"/[A-Za-z]:", path):
+    if os.name == "nt" and path[:1] == "/" and path[2:3] == ":" and path[1:2].isalpha():
         path = path[1:]
     if not path or "\x00" in path or not os.path.isabs(path):
         return None
@@ -1199,7 +1291,7 @@ def run_tool_call(transport, job):
         call = Call(transport.options, job["client"], roots)
         value = tool["handler"](call, job["arguments"])
         if "outputSchema" in tool:
-            result = {"content": [{"type": "text", "text": json.dumps(value, ensure_ascii=False)}],
+            result = {"content": [{"type": "text", "text": dump_json(value, False, (", ", ": "))}],
                       "structuredContent": value, "isError": False}
         else:
             # The text is what the model must read; the object is for programs.
@@ -1345,6 +1437,7 @@ def validate(schema, value, name=None):
 
 def matches_whole(pattern, value):
     # In JSON Schema (ECMA-262) `$` ends the string; Python's also matches before a final newline.
+    import re
     found = re.search(pattern, value)
     return found is not None and found.end() == len(value)
 
@@ -1356,7 +1449,7 @@ def validate_object(schema, value, name):
     properties = schema.get("properties", {})
     for key in value:
         if key not in properties and schema.get("additionalProperties") is False:
-            if re.match(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z", key):
+            if ARGUMENT_NAME.match(key):
                 raise invalid("`%s` is not an argument of this tool." % key)
             raise invalid("An argument this tool does not take was given.")
     for key in schema.get("required", ()):
@@ -1368,7 +1461,8 @@ def validate_object(schema, value, name):
     return checked
 
 
-UUID_SHAPE = re.compile(r"\{?[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+ARGUMENT_NAME = Pattern(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+UUID_SHAPE = Pattern(r"\{?[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                         r"[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\}?\Z")
 
 
@@ -2085,8 +2179,9 @@ class Call:
     def write_context(self, change, made):
         try:
             return update_context(self.root, change)
-        except Exception:
-            record_internal_error(sys.exc_info())
+        except Exception as error:
+            if not isinstance(error, OSError):   # a file system's refusal is no bug of ours
+                record_internal_error(sys.exc_info())
             raise Problem("internal_error", " ".join(
                 ["The context file could not be written."] + made))
 
@@ -2170,7 +2265,7 @@ class Call:
         return capsule
 
 
-ROLE = re.compile(r"[a-z][a-z0-9-]{0,31}\Z")
+ROLE = Pattern(r"[a-z][a-z0-9-]{0,31}\Z")
 
 
 class NamingWhatWasMade:
@@ -2283,8 +2378,8 @@ def data_directory(environ, config_dir):
 
 def read_daemon_url(data_dir):
     try:
-        record = json.loads(read_regular(os.path.join(data_dir, "daemon.json"), 65536)[0]
-                            .decode("utf-8"))
+        record = load_json(read_regular(os.path.join(data_dir, "daemon.json"), 65536)[0]
+                           .decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         raise Problem("daemon_unavailable")
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
@@ -2441,7 +2536,7 @@ def read_context(root):
     try:
         if len(data) > MAX_CONTEXT_FILE:
             raise ValueError("too large")
-        context = json.loads(data.decode("utf-8"), parse_constant=reject_constant)
+        context = load_json(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return {}, Problem("context_unreadable")
     if not context_is_sound(context):
@@ -2509,7 +2604,7 @@ def read_runs(root):
     runs = []
     for line in data.split(b"\n"):
         try:
-            run = json.loads(line.decode("utf-8"), parse_constant=reject_constant)
+            run = load_json(line.decode("utf-8"))
         except (ValueError, RecursionError):
             continue
         if isinstance(run, dict) and isinstance(run.get("label"), str) and \
@@ -2560,6 +2655,7 @@ def update_context(root, change):
             replacement = change(None if error else current)
             if replacement is not None:
                 # ASCII JSON: a lone surrogate an agent sent is written as its \\u escape.
+                import json
                 replace_file(os.path.join(directory, "context.json"),
                              (json.dumps(replacement, indent=2) + "\n").encode("ascii"))
             return replacement
@@ -2908,7 +3004,7 @@ def random_uuid():
 
 def interpret_answer(status, data):
     try:
-        answer = json.loads(data.decode("utf-8"), parse_constant=reject_constant)
+        answer = load_json(data.decode("utf-8"))
     except (ValueError, RecursionError):
         answer = None
     if 200 <= status < 300:
@@ -2970,7 +3066,7 @@ def resolve_loopback(host, port):
 # pack.md, byte for byte: pure functions of a Capsule.  Lengths are UTF-16
 # code units, the unit JavaScript clients measure strings in.
 
-CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+CONTROLS = Pattern("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 LINE_CAP = 300
 SECTIONS = ("Next action:", "Open items:", "Decisions:", "Facts:", "Runs:")
 FOOTER = ("(Claims left out: %d. Runs left out: %d. Lines cut: %d. "

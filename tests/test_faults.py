@@ -242,7 +242,9 @@ class WriteRounds:
         self.expect_ended[session_id] = code == "ok" or bool(executed)
         if code == "ok":
             self.succeeded.append(("ended", session_id))
-            self.model = (task_id, self.session_id_of(value["context_session"]))
+            # contract.md §6 rule 10: the context's Task is its Session's.
+            parent = self.session_id_of(value["context_session"])
+            self.model = (self.task_of(parent) if parent else task_id, parent)
         self.check_context()
         return code
 
@@ -260,6 +262,11 @@ class WriteRounds:
     def session_state(self, session_id):
         rows = self.ledger.rows("SELECT state FROM sessions WHERE id = ?", session_id)
         return rows[0]["state"] if rows else None
+
+    def task_of(self, session_id):
+        rows = self.ledger.rows("SELECT task_id FROM sessions WHERE id = ?", session_id)
+        assert len(rows) == 1, session_id
+        return rows[0]["task_id"]
 
     def session_id_of(self, number):
         if number is None:

@@ -101,7 +101,8 @@ def check_answer(response, era, expect, name):
     if era == "modern":
         assert result["resultType"] == "complete" and "_meta" in result, result
     else:
-        assert "resultType" not in result and "_meta" not in result, result
+        assert "resultType" not in result, result
+        assert set(result.get("_meta") or {}) <= {"memprove/pack"}, result
     if expect == "pong":
         assert result == {}
     elif expect == "tools":

@@ -476,8 +476,12 @@ def test_context_directory_is_a_file(hserve, config, daemon, workspace):
     assert value["workspace"]["marked"] is False
     assert value.get("context_error") == "context_unreadable", value
     assert call(server, "tasks", {})[0] == "context_unreadable"
+    # contract.md §6 rule 6: found with the context file, before any daemon request,
+    # and begin cannot start afresh from it.
+    before = len(daemon.ops)
     code, text = call(server, "begin", {"new_task": "No directory"})
-    assert code == "internal_error" and "could not be written" in text, text
+    assert code == "context_unreadable" and ".memprove is not a directory" in text, text
+    assert len(daemon.ops) == before
     assert directory.read_bytes() == b"not a directory"
     assert server.close() == 0
 

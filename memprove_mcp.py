@@ -8,21 +8,24 @@ into reads of the Workspace's context files.  It keeps nothing between calls:
 every call reads the configuration, the token and the context files again, so
 a `memprove run` in a shell and a tool call see each other at once.
 
-    python3 memprove_mcp.pyz mcp serve [--config-dir DIR]
+    python3 memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
     python3 memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python]
+                                              [--client NAME] [--workspace DIR]
+    python3 memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR]
+                                        [--client NAME] [--json]
     python3 memprove_mcp.pyz --version | --help
 
 Two protocol eras are served side by side, decided for each message on its
 own: the 2026-07-28 revision (no handshake; the version rides in every
 request's `_meta`) and the `initialize` handshake of 2025-11-25 and
-2025-06-18.  Standard output carries protocol messages only; standard error
+2025-06-18 (and, for older clients, 2025-03-26 and 2024-11-05).  Standard output carries protocol messages only; standard error
 carries one line per message received, never a token or an argument value.
 
 The module reads top to bottom in the order data flows through it:
 
     1. Constants and Problems       limits, versions, the one error type
-    2. Command line                 main(), serve, print-config
-    3. Transport                    bounded line reader, writer, workers, log
+    2. Command line                 main(), serve, print-config and its client formats
+    3. Transport                    bounded line reader, writer, workers, log, roots
     4. Protocol eras                classify a message, answer it per era
     5. Tool dispatch                the tool table, argument validation
     6. Tools                        one function per tool
@@ -31,10 +34,11 @@ The module reads top to bottom in the order data flows through it:
     9. Context files                context.json, runs.jsonl
    10. Daemon client                one table of operations, one send()
    11. The Pack                     pure functions of a Capsule
+   12. mcp doctor                   the path from shell to ledger, checked
 
-Only the standard library is used, and modules that only a daemon call needs
-are imported where they are used, so that start-up stays close to the
-interpreter's own.
+Only the standard library is used, from Python 3.6 on, and modules that
+only a tool call needs (json and re among them) are imported where they are
+used, so that start-up stays close to the interpreter's own.
 """
 
 import os
@@ -293,9 +297,11 @@ def print_config(options):
     else:
         command = program
     root = find_workspace(os.environ, workspace).root
+    command, args, config_dir = utf8_text(command), [utf8_text(arg) for arg in args], \
+        utf8_text(config_dir)
     try:
         text, where = client_entry(options.get("client") or "claude-code", command, args,
-                                   config_dir, os.environ, workspace, root)
+                                   config_dir, os.environ, workspace and utf8_text(workspace), root)
         data = text.encode("utf-8")
     except ValueError:                 # UnicodeEncodeError too: a lone surrogate
         sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
@@ -304,6 +310,16 @@ def print_config(options):
     write_stdout_bytes(data)
     sys.stderr.write(where)
     return 0
+
+
+def utf8_text(path):
+    """A path as the UTF-8 text a client's file holds.  Python 3.6 under an
+    ASCII locale decodes paths with surrogate escapes, which still stand for
+    the UTF-8 bytes; a path that is not UTF-8 keeps its escapes (refused)."""
+    try:
+        return os.fsencode(path).decode("utf-8")
+    except UnicodeError:
+        return path
 
 
 def this_program():
@@ -736,11 +752,15 @@ def load_json(text):
     start = len(text) - len(text.lstrip(" \t\n\r"))
     try:
         value, end = scan(text, start)
-    except StopIteration:
-        raise ValueError("not a JSON value")
-    if text[end:].strip(" \t\n\r"):
-        raise ValueError("extra data after the JSON value")
-    return value
+        if not text[end:].strip(" \t\n\r"):
+            return value
+    except (StopIteration, ValueError, SystemError):
+        # The accelerator reports some errors through json.decoder, which may
+        # not be loaded yet (3.11 then raises SystemError): let the package
+        # read what is not JSON, and say why.
+        pass
+    import json
+    return json.loads(text, parse_constant=reject_constant)
 
 
 def dump_json(value, ascii=True, separators=(",", ":")):
@@ -2296,18 +2316,20 @@ def utc_now():
 # contract.md §1: the first source that is set wins, and a set source that
 # cannot be used is an error, never a reason to try the next one.
 
-def config_directory(option, environ):
+def config_directory(option, environ, with_source=False):
+    """The configuration directory; with_source: (directory, where it came from)."""
     if option:
-        chosen = option
+        chosen, source = option, "--config-dir"
     elif environ.get("MEMPROVE_CONFIG_DIR"):
-        chosen = environ["MEMPROVE_CONFIG_DIR"]
+        chosen, source = environ["MEMPROVE_CONFIG_DIR"], "MEMPROVE_CONFIG_DIR"
     elif environ.get("XDG_CONFIG_HOME"):
-        chosen = os.path.join(environ["XDG_CONFIG_HOME"], "memprove")
+        chosen, source = os.path.join(environ["XDG_CONFIG_HOME"], "memprove"), "XDG_CONFIG_HOME"
     elif os.name == "nt" and environ.get("APPDATA"):
-        chosen = os.path.join(environ["APPDATA"], "memprove")
+        chosen, source = os.path.join(environ["APPDATA"], "memprove"), "APPDATA"
     else:
-        chosen = os.path.join(os.path.expanduser("~"), ".config", "memprove")
-    return os.path.abspath(os.path.expanduser(chosen))
+        chosen, source = os.path.join(os.path.expanduser("~"), ".config", "memprove"), "default"
+    directory = os.path.abspath(os.path.expanduser(chosen))
+    return (directory, source) if with_source else directory
 
 
 def token_source(environ, config_dir):
@@ -3288,6 +3310,546 @@ def opening_statement(capsule, now, agent_name, agent_role):
     return "Resuming Task %d: %s at %s as %s (%s). %s" % (
         task["number"], fold(task.get("title")), now, fold(agent_name), fold(agent_role),
         open_item_sentence(capsule))
+
+
+# ---------------------------------------------------------------------------
+# 12. mcp doctor
+# ---------------------------------------------------------------------------
+# doctor.md: the whole path from shell to ledger, checked the way the next
+# tool call will take it.  Every rule comes from the functions above (the
+# configuration of section 8, the context files of section 9, the per-call
+# object's daemon request), so doctor and the server cannot disagree.  Each
+# check returns (status, code, detail, fix) and may leave what it resolved in
+# `found` for a later check; a check whose inputs failed is `skip`.  Doctor
+# writes no file, sends one read, and never shows the token: it is held in
+# `found` only to be compared and sent.
+
+NEWEST_TESTED = (3, 15)              # the newest Python this release was tested on
+
+# Where doctor looks for a client's entry beyond the project file its row of
+# CLIENTS names (print-config's table): (base, path parts, keys before the
+# entry's own).  A base of "root" is the Workspace root, "~" the home
+# directory, "codex" $CODEX_HOME (else ~/.codex); "<root>" in the keys stands
+# for the Workspace root, as in ~/.claude.json's `projects`.
+CLIENT_FILES = {
+    "claude-code": [("~", (".claude.json",), ("projects", "<root>")), ("~", (".claude.json",), ())],
+    "codex": [("codex", ("config.toml",), ())],
+    "gemini": [("~", (".gemini", "settings.json"), ())],
+    "opencode": [("~", (".config", "opencode", "opencode.json"), ())],
+    "cline": [("~", (".cline", "data", "settings", "cline_mcp_settings.json"), ())],
+    "continue": [("root", (".continue", "mcpServers"), ()), ("~", (".continue", "config.yaml"), ())],
+    "amp": [("~", (".config", "amp", "settings.json"), ())],
+    "cursor": [("~", (".cursor", "mcp.json"), ())],
+    "vscode": [("~", (".config", "Code", "User", "mcp.json"), ())],
+    "windsurf": [("~", (".codeium", "windsurf", "mcp_config.json"), ())],
+    "zed": [("~", (".config", "zed", "settings.json"), ())],
+    "goose": [("~", (".config", "goose", "config.yaml"), ())],
+}
+MAX_CLIENT_FILE = 64 * 1024 * 1024   # ~/.claude.json keeps history and grows large
+
+# A value that only names a variable, which the client expands when it starts
+# the server: how print-config --client gemini passes MEMPROVE_TOKEN_FILE.
+VARIABLE_REFERENCE = Pattern(r"(\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}"
+                             r"|\{env:[A-Za-z_][A-Za-z0-9_]*\})\Z")
+INTERPRETER = Pattern(r"(?i)(python|pypy|py)[0-9.]*(\.exe)?\Z")
+
+
+def doctor(options):
+    """Run the checks of doctor.md in order, print them; return the exit status."""
+    found = {"options": options, "environ": dict(os.environ), "failed": set(),
+             "program": this_program(), "token": None}
+    checks = []
+    for name, check in DOCTOR_CHECKS:
+        try:
+            status, code, detail, fix = check(found)
+        except Exception as error:
+            # A doctor that dies hides every later check; say which broke, never
+            # the message (it could hold a value).
+            status, code, fix = "fail", "internal_error", "report this as a bug in mcp doctor"
+            detail = "the check failed unexpectedly (%s)" % type(error).__name__
+        if status == "fail":
+            found["failed"].add(name)
+        checks.append({"name": name, "status": status, "code": code,
+                       "detail": without_token(detail, found), "fix": without_token(fix, found)})
+    failed = any(check["status"] == "fail" for check in checks)
+    if options.get("json"):
+        import json
+        text = json.dumps({"ok": not failed, "checks": checks}, indent=2, ensure_ascii=False) + "\n"
+    else:
+        text = "".join(doctor_lines(checks))
+    # backslashreplace: a path that is not UTF-8 shows as \udcXX, which is still JSON.
+    sys.stdout.buffer.write(text.encode("utf-8", "backslashreplace"))
+    sys.stdout.flush()
+    return 1 if failed else 0
+
+
+def doctor_lines(checks):
+    for check in checks:
+        yield "%-4s  %-10s  %s\n" % (check["status"], check["name"], check["detail"])
+        if check["fix"] is not None:
+            yield "      fix: %s\n" % check["fix"]
+
+
+def without_token(text, found):
+    """The last guard of "never the token": a value read from a file the user
+    wrote (daemon.json's url, a client entry) could hold it."""
+    token = found["token"]
+    if text is None or not token or token not in text:
+        return text
+    return "(not shown: it would contain the token)"
+
+
+def shell_word(value):
+    import shlex
+    return shlex.quote(value)
+
+
+def doctor_command(found, *words):
+    """This very program with `words`, as a line to paste into a shell."""
+    return " ".join(["python3", shell_word(found["program"])] + [shell_word(word) for word in words])
+
+
+def print_config_line(found):
+    """The print-config line that writes the entry this doctor expects."""
+    options = found["options"]
+    words = ["mcp", "print-config"]
+    if options.get("client"):
+        words += ["--client", options["client"]]
+    if options.get("config_dir"):
+        words += ["--config-dir", found["config_dir"]]
+    return doctor_command(found, *words)
+
+
+# -- the checks, in doctor.md's order -----------------------------------------
+
+def check_python(found):
+    import platform
+    detail = "Python %s (%s), bytecode: %s" % (
+        platform.python_version(), platform.python_implementation(),
+        globals().get("BYTECODE_ORIGIN") or "source")
+    if sys.version_info[:2] > NEWEST_TESTED:
+        newest = "python%d.%d" % NEWEST_TESTED
+        return ("warn", None, detail + ", newer than the newest this release was tested on (%s)"
+                % newest[6:], "%s %s mcp print-config --python"
+                % (newest, shell_word(found["program"])))
+    return "ok", None, detail, None
+
+
+def check_config_dir(found):
+    directory, source = config_directory(found["options"].get("config_dir"), found["environ"],
+                                         with_source=True)
+    found["config_dir"] = directory
+    detail = "%s (from %s)" % (directory, source)
+    if not os.path.isdir(directory):
+        return ("warn", None, detail + " does not exist",
+                "mkdir -p -m 700 %s" % shell_word(directory))
+    return "ok", None, detail, None
+
+
+def check_token(found):
+    environ, config_dir = found["environ"], found["config_dir"]
+    source, path = token_source(environ, config_dir)
+    where = source if path is None else "%s (%s)" % (source, path)
+    try:
+        token, too_open = read_token(environ, config_dir)
+    except Problem as problem:
+        return ("fail", problem.code) + token_failure(problem, source, path, where, config_dir)
+    found["token"], found["token_file"] = token, path
+    if too_open:
+        return ("warn", None, "from %s, well formed, but the file is open to group or others"
+                % where, "chmod 600 %s" % shell_word(path))
+    return "ok", None, "from %s, well formed" % where, None
+
+
+def token_failure(problem, source, path, where, config_dir):
+    """(detail, fix) of a token that cannot be used; never a word of the token."""
+    own_file = os.path.join(config_dir, "token")
+    if problem.code == "token_malformed":
+        fix = ("unset MEMPROVE_TOKEN, and put the token on one line in %s" % own_file
+               if path is None else "write the token again, alone on the first line of %s" % path)
+        return "the token from %s has white space or a character outside printable ASCII" % where, fix
+    if source is None:
+        return ("not set: MEMPROVE_TOKEN and MEMPROVE_TOKEN_FILE are empty and %s does not exist"
+                % own_file, "export MEMPROVE_TOKEN_FILE=/path/to/your/memprove/token")
+    if path is None:
+        return "MEMPROVE_TOKEN holds only white space", "unset MEMPROVE_TOKEN"
+    reason = "is empty" if problem.hint == "The token file is empty." else "cannot be read"
+    if source == "MEMPROVE_TOKEN_FILE":
+        return ("MEMPROVE_TOKEN_FILE names %s, which %s" % (path, reason),
+                "export MEMPROVE_TOKEN_FILE=/path/to/your/memprove/token")
+    return "%s %s" % (path, reason), "write the token into %s, then: chmod 600 %s" % (
+        path, shell_word(path))
+
+
+def check_data_dir(found):
+    environ, config_dir = found["environ"], found["config_dir"]
+    try:
+        data_dir, source = data_directory(environ, config_dir)
+    except Problem:
+        return ("fail", "data_dir_missing", "not set: MEMPROVE_DATA_DIR is empty and %s names none"
+                % os.path.join(config_dir, "data-dir"),
+                "export MEMPROVE_DATA_DIR=/path/to/the/daemons/data-dir")
+    found["data_dir"] = data_dir
+    detail = "%s (from %s)" % (data_dir, source)
+    if not os.path.isdir(data_dir):
+        fix = ("export MEMPROVE_DATA_DIR=/path/to/the/daemons/data-dir" if source != "config" else
+               "echo /path/to/the/daemons/data-dir > %s"
+               % shell_word(os.path.join(config_dir, "data-dir")))
+        return "fail", "data_dir_missing", detail + " is not a directory", fix
+    return "ok", None, detail, None
+
+
+def check_workspace(found):
+    warnings = []
+    # As the per-call object finds it; doctor has no client, so no roots.
+    workspace = find_workspace(found["environ"], found["options"].get("workspace"), None, warnings)
+    ignored = "".join(", %s (ignored)" % warning for warning in warnings)
+    if workspace.problem:
+        return ("fail", workspace.problem, "%s (found by %s)%s cannot be used: it does not exist, "
+                "is not a directory, or its path is not UTF-8"
+                % (workspace.root or "the start directory", workspace.found_by, ignored),
+                "cd /path/to/your/project, or give it: --workspace /path/to/your/project")
+    root = found["root"] = workspace.root
+    detail = "%s (found by %s)%s" % (root, workspace.found_by, ignored)
+    if not workspace.marked:
+        return ("warn", None, detail + ", no .memprove/ yet (the first `begin` makes it)",
+                "call `begin` from your agent in %s" % root)
+    context, error = read_context(root)
+    if error:
+        path = os.path.join(root, ".memprove", "context.json")
+        return ("fail", error.code, "%s, but its context cannot be read%s" % (
+            detail, ": " + error.hint if error.hint else ""),
+            "remove what the detail names from %s" % os.path.join(root, ".memprove")
+            if error.hint else "call `begin` from your agent (it moves the file aside), or: "
+            "mv %s %s" % (shell_word(path), shell_word(path + ".bad")))
+    task, session = context.get("task"), context.get("session")
+    return ("ok", None, "%s, .memprove/ present, %s, %s, %d runs in runs.jsonl" % (
+        detail, "Task %d" % task["number"] if task else "no Task",
+        "Session %d" % session["number"] if session else "no Session",
+        len(read_runs(root))), None)
+
+
+DAEMON_FIXES = {
+    "daemon_unavailable": "start the memprove daemon (its daemon.json may be left from one that stopped)",
+    "daemon_address_refused": "daemon.json must name http://127.0.0.1:<port>; restart the memprove daemon",
+    "daemon_timeout": "restart the memprove daemon, or give it longer: export MEMPROVE_TIMEOUT=30",
+    "daemon_error": "restart the memprove daemon and read its log",
+    "unauthenticated": "the daemon does not know this token: use one it issued",
+    "token_revoked": "the token was revoked: get a new one from the daemon",
+    "scope_missing": "the token lacks the scope mcp-read: get one with mcp-read and mcp-write",
+}
+
+
+def check_daemon(found):
+    # A context file that cannot be read leaves the Workspace usable (`begin`
+    # still works), so only a Workspace without a root stops the request.
+    missing = [name for name in ("token", "data_dir") if name in found["failed"]]
+    missing += ["workspace"] if found.get("root") is None else []
+    if missing:
+        return "skip", None, "not tried: the %s check failed" % " and ".join(missing), None
+    try:
+        url = read_daemon_url(found["data_dir"])
+    except Problem as problem:
+        return ("fail", problem.code, "no readable daemon.json in %s: the daemon is not running"
+                % found["data_dir"], DAEMON_FIXES[problem.code])
+    # The per-call object resolves and sends exactly as a tool call does: one
+    # listTasks, a read, never retried, bounded by MEMPROVE_TIMEOUT.
+    call = Call(found["options"], None)
+    try:
+        answer = call.send("listTasks", query={"workspace": call.root})
+        tasks = records(answer, "tasks", TASK_FIELDS)
+    except Problem as problem:
+        seconds = timeout_setting(found["environ"]) or DEFAULT_TIMEOUT
+        detail = "%s: %s" % (url, {
+            "daemon_unavailable": "nobody answers there",
+            "daemon_timeout": "no answer to listTasks within %g s" % seconds,
+        }.get(problem.code, "listTasks answered %s" % problem.code))
+        fix = DAEMON_FIXES.get(problem.code, "see the Problem codes in the README's Troubleshooting")
+        if problem.code in ("unauthenticated", "token_revoked"):
+            fix += (", and put it in %s" % found["token_file"] if found.get("token_file")
+                    else ": export MEMPROVE_TOKEN=<the new token>")
+        return "fail", problem.code, detail, fix
+    return "ok", None, "%s answered listTasks for this Workspace: %d Task%s" % (
+        url, len(tasks), "" if len(tasks) == 1 else "s"), None
+
+
+def check_client(found):
+    name = found["options"].get("client") or "claude-code"
+    place, entry, looked = find_client_entry(name, found)
+    if entry is None:
+        return ("warn", None, "no memprove entry for %s in %s" % (name, ", ".join(looked)),
+                print_config_line(found))
+    holder = token_holder(entry, found["token"])
+    if holder:
+        return ("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
+                % (place, holder), "remove it: the token belongs in %s (chmod 600); the entry "
+                "to use instead: %s" % (os.path.join(found["config_dir"], "token"),
+                                        print_config_line(found)))
+    command, args = entry["command"], entry["args"]
+    if not command or not command_exists(command, found["environ"]):
+        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
+                "not exist" % (place, command or "no command"), print_config_line(found))
+    program = args[0] if INTERPRETER.match(os.path.basename(command)) and args else command
+    if INTERPRETER.match(os.path.basename(command)) and not os.path.exists(program):
+        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
+                "not exist" % (place, program), print_config_line(found))
+    if os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
+        return ("warn", None, "the memprove entry in %s runs another copy of the server: %s"
+                % (place, program), print_config_line(found))
+    config_dir = entry_config_dir(entry)
+    if config_dir is not None and \
+            os.path.abspath(os.path.expanduser(config_dir)) != found.get("config_dir"):
+        return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
+                % (place, config_dir), print_config_line(found))
+    return "ok", None, "the memprove entry in %s runs this server" % place, None
+
+
+DOCTOR_CHECKS = [
+    ("python", check_python),
+    ("config_dir", check_config_dir),
+    ("token", check_token),
+    ("data_dir", check_data_dir),
+    ("workspace", check_workspace),
+    ("daemon", check_daemon),
+    ("client", check_client),
+]
+
+
+# -- the client's memprove entry ---------------------------------------------
+# Only the entry named memprove is kept: nothing else in these files is
+# printed or held.  An entry is {"command", "args", "env", "text"}, `text`
+# being everything it holds, for the token's value.
+
+def find_client_entry(name, found):
+    """(file, entry, files looked at) of the first memprove entry, or (None, None, looked)."""
+    looked, root = [], found.get("root")
+    for base, parts, prefix in client_places(name):
+        if base == "root":
+            if root is None:
+                continue
+            path = os.path.join(root, *parts)
+        elif base == "codex":
+            path = os.path.join(found["environ"].get("CODEX_HOME") or
+                                os.path.join(os.path.expanduser("~"), ".codex"), *parts)
+        else:
+            path = os.path.join(os.path.expanduser("~"), *parts)
+        keys = tuple(root if key == "<root>" else key for key in prefix) + entry_keys(name)
+        label = "%s (projects[root])" % path if prefix else path
+        looked.append(label)
+        if prefix and root is None:
+            continue
+        # Continue's project form is a folder of block files.
+        files = [path] if parts[-1] != "mcpServers" else \
+            sorted(os.path.join(path, item) for item in listing_or_none(path))
+        for one in files:
+            entry = read_client_entry(one, keys)
+            if entry is not None:
+                return (label if one == path else one), entry, looked
+    return None, None, looked
+
+
+def client_places(name):
+    """The project file of the client's row in CLIENTS, then CLIENT_FILES."""
+    project = CLIENTS[name]["project_file"]
+    return ([("root", project, ())] if project else []) + CLIENT_FILES[name]
+
+
+def entry_keys(name):
+    """The keys down to the memprove entry, from the very shape print-config
+    writes: {"mcpServers": {"memprove": ...}} gives ("mcpServers", "memprove")."""
+    document = CLIENTS[name]["shape"]({"command": "", "args": [], "env": {}})
+    keys = []
+    while isinstance(document, dict) and len(document) == 1:
+        key = next(iter(document))
+        keys.append(key)
+        if key == "memprove":
+            break
+        document = document[key]
+    return tuple(keys)
+
+
+def listing_or_none(path):
+    try:
+        return [item for item in os.listdir(path) if item.endswith((".yaml", ".yml"))]
+    except OSError:
+        return []
+
+
+def read_client_entry(path, keys):
+    try:
+        data = read_regular(path, MAX_CLIENT_FILE)[0].decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return None
+    if path.endswith(".json"):
+        return json_client_entry(data, keys)
+    if path.endswith(".toml"):
+        return toml_client_entry(data)
+    return yaml_client_entry(data, keys[0])
+
+
+def json_client_entry(data, keys):
+    try:
+        value = load_json(data)
+    except (ValueError, RecursionError):
+        return None
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    if not isinstance(value, dict):
+        return None
+    command = value.get("command", value.get("cmd"))
+    args = value.get("args") if isinstance(value.get("args"), list) else []
+    if isinstance(command, list):              # opencode: [command, ...args]
+        command, args = (command[0] if command else None), command[1:]
+    env = value.get("env", value.get("environment", value.get("envs")))
+    return {"command": command if isinstance(command, str) else None,
+            "args": [arg for arg in args if isinstance(arg, str)],
+            "env": env if isinstance(env, dict) else {},
+            "keyed": list(keyed_strings(value)), "text": dump_json(value, ascii=False)}
+
+
+def keyed_strings(value, key=None):
+    """(key, value) for every value in a JSON entry, nested ones included."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            for pair in keyed_strings(item, name):
+                yield pair
+    elif isinstance(value, list):
+        for item in value:
+            for pair in keyed_strings(item, key):
+                yield pair
+    else:
+        yield key, value
+
+
+# TOML and YAML: the server imports no parser, so the memprove block is found
+# by its lines as print-config writes them, and only presence, the command
+# and the token rule are checked (doctor.md).
+ASSIGNED = Pattern(r"""["']?([A-Za-z0-9_.\-]+)["']?\s*[:=]\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^,{}\[\]\s#][^,}\]#]*)""")
+
+
+def toml_client_entry(data):
+    import re
+    lines, block = data.splitlines(), None
+    for index, line in enumerate(lines):
+        if re.match(r"""\s*\[\s*mcp_servers\s*\.\s*["']?memprove["']?\s*\]\s*(#.*)?\Z""", line):
+            block = [line]
+            for rest in lines[index + 1:]:
+                if re.match(r"\s*\[", rest) and not re.match(
+                        r"""\s*\[\s*mcp_servers\s*\.\s*["']?memprove["']?\s*\.""", rest):
+                    break
+                block.append(rest)
+            break
+    return block and lines_entry(block)
+
+
+def yaml_client_entry(data, container):
+    """The memprove block: goose's `memprove:` key, or Continue's list item `name: memprove`."""
+    import re
+    lines = data.splitlines()
+    for index, line in enumerate(lines):
+        keyed = re.match(r"""(\s*)(-\s+)?["']?memprove["']?\s*:\s*(#.*)?\Z""", line)
+        named = re.match(r"""(\s*)-\s+(\{.*)?name\s*:\s*["']?memprove["']?\s*[,}]?""", line)
+        if not (keyed or named):
+            continue
+        indent = len((keyed or named).group(1))
+        block = [line]
+        for rest in lines[index + 1:]:
+            stripped = rest.strip()
+            if stripped and not stripped.startswith("#") and len(rest) - len(rest.lstrip()) <= indent:
+                break
+            block.append(rest)
+        return lines_entry(block)
+    return None
+
+
+def lines_entry(block):
+    """command, args and env keys of a TOML or YAML block, read line by line."""
+    import re
+    command, args, env = None, [], {}
+    for index, line in enumerate(block):
+        for key, raw in ASSIGNED.findall(line):
+            if key in ("command", "cmd") and command is None:
+                command = scalar(raw)
+            else:
+                env[key] = scalar(raw)
+        listed = re.search(r"\bargs\s*[:=]\s*\[(.*)\]", line)
+        if listed:
+            args = flow_items(listed.group(1))
+        elif re.match(r"\s*(-\s+)?args\s*:\s*(#.*)?\Z", line):
+            indent = len(line) - len(line.lstrip())
+            for rest in block[index + 1:]:
+                item = re.match(r"(\s*)-\s+(.*)", rest)
+                if not item or len(item.group(1)) < indent:
+                    break
+                args.append(scalar(item.group(2)))
+    return {"command": command, "args": args, "env": env, "keyed": list(env.items()),
+            "text": "\n".join(block)}
+
+
+def scalar(raw):
+    """A TOML or YAML string as written: double-quoted (JSON escapes), single-quoted, or plain."""
+    import re
+    raw = raw.strip()
+    if raw.startswith('"'):
+        match = re.match(r'"((?:[^"\\]|\\.)*)"', raw)
+        if match:
+            try:
+                return load_json('"%s"' % match.group(1))
+            except ValueError:
+                return match.group(1)
+    if raw.startswith("'"):
+        return raw[1:].split("'")[0]
+    return raw.split(" #")[0].strip()
+
+
+def flow_items(text):
+    import re
+    return [scalar(item) for item in re.findall(r"""("(?:[^"\\]|\\.)*"|'[^']*'|[^,\s][^,]*)""", text)]
+
+
+def token_holder(entry, token):
+    """What in the entry holds a token, by name (never the value), or None."""
+    for key, value in entry["keyed"]:
+        if isinstance(key, str) and "token" in key.lower() and value not in (None, False, "") \
+                and not (isinstance(value, str) and VARIABLE_REFERENCE.match(value)):
+            return "the key %s" % key
+    args = entry["args"]
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if not equals:
+            if not arg.startswith("-"):
+                continue
+            value = args[index + 1] if index + 1 < len(args) else ""
+        if "token" in name.lower() and value and not VARIABLE_REFERENCE.match(value):
+            return "the argument %s" % name
+    # The value anywhere: in the text as written, or in a string once unescaped.
+    if token and (token in entry["text"] or any(
+            isinstance(value, str) and token in value for _, value in entry["keyed"])):
+        return "this token's value"
+    return None
+
+
+def command_exists(command, environ):
+    if "${" in command:
+        return True                    # the client expands it; nothing to look at here
+    if os.path.dirname(command):
+        return os.path.exists(os.path.expanduser(command))
+    import shutil
+    return shutil.which(command, path=environ.get("PATH")) is not None
+
+
+def entry_config_dir(entry):
+    """The configuration directory an entry gives its server, or None."""
+    args = entry["args"]
+    for index, arg in enumerate(args):
+        if arg == "--config-dir" and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith("--config-dir="):
+            return arg.partition("=")[2]
+    value = entry["env"].get("MEMPROVE_CONFIG_DIR")
+    return value if isinstance(value, str) and value else None
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ real standard input and output: find the Tasks, begin a Session on a new
 Task, record a failing test run, checkpoint what it showed, decide, record a
 passing run, complete the Task, end the Session, and read the Pack a later
 session would resume from.  Every call is printed with a compact view of its
-result; everything is removed afterwards.
+result.  It ends as a user setting up a client would: `mcp print-config`
+writes the project's .mcp.json, and `mcp doctor` checks the whole path from
+shell to ledger.  Everything is removed afterwards.
 
     python3 tests/demo.py
 """
@@ -128,6 +130,20 @@ def agent_day(client, daemon, token, workspace):
     print("  %s" % compact(result["structuredContent"]))
 
 
+def check_setup(pyz, env, workspace):
+    """What a user does next: write the client entry, then ask doctor."""
+    entry = subprocess.run([sys.executable, pyz, "mcp", "print-config"], env=env, cwd=workspace,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout
+    with open(os.path.join(workspace, ".mcp.json"), "wb") as handle:
+        handle.write(entry)
+    print("\n$ python3 memprove_mcp.pyz mcp print-config > .mcp.json")
+    print("\n$ python3 memprove_mcp.pyz mcp doctor")
+    done = subprocess.run([sys.executable, pyz, "mcp", "doctor"], env=env, cwd=workspace,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    print("\n".join("  " + line for line in done.stdout.decode("utf-8", "replace").splitlines()))
+    return done.returncode
+
+
 def main():
     pyz = build()
     folder = tempfile.mkdtemp(prefix="memprove-demo-")
@@ -135,14 +151,16 @@ def main():
     try:
         data_dir = os.path.join(folder, "data")
         workspace = os.path.join(folder, "shop")
+        config_dir = os.path.join(folder, "config")
         os.makedirs(os.path.join(workspace, ".memprove"))
+        os.makedirs(config_dir, 0o700)
         token = "demo-" + secrets.token_hex(16)
         daemon = ledgerd.Daemon(data_dir).start()
         daemon.add_token(token)
         print("reference daemon on %s; Workspace %s" % (daemon.url, workspace))
         env = {"PATH": os.environ.get("PATH", ""), "HOME": folder,
                "MEMPROVE_TOKEN": token, "MEMPROVE_DATA_DIR": data_dir,
-               "CLAUDE_PROJECT_DIR": workspace}
+               "CLAUDE_PROJECT_DIR": workspace, "MEMPROVE_CONFIG_DIR": config_dir}
         client = Client([sys.executable, pyz, "mcp", "serve"], env, workspace)
         try:
             discovered = client.request("server/discover")
@@ -152,7 +170,7 @@ def main():
             status, log = client.close()
         print("\nserver exited %d after %d messages, one log line each on standard error:" % (status, len(log)))
         print("\n".join("  " + line for line in log[-3:]))
-        return status
+        return status or check_setup(pyz, env, workspace)
     finally:
         if daemon is not None:
             daemon.stop()

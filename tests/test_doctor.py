@@ -1,0 +1,872 @@
+"""`mcp doctor` (doctor.md) through the built .pyz: the seven checks in order, every
+status of every check, the token-in-client-config rule in each form, the reference
+daemon running, stopped, absent, revoking the token, or hanging; `--json`; exit
+statuses 0, 1 and 2; one `listTasks` and nothing else sent; no file written; the
+token on neither output stream, in either format."""
+
+import http.client
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SAFETY_TIMEOUT, run_cli, snapshot
+from hardening_support import RawDaemon
+
+CHECKS = ("python", "config_dir", "token", "data_dir", "workspace", "daemon", "client")
+STATUSES = ("ok", "warn", "fail", "skip")
+ORIGINS = ("shipped", "cached", "compiled", "source")
+TEXT_LINE = re.compile(r"(ok|warn|fail|skip) +(%s) +(.+)\Z" % "|".join(CHECKS))
+FIX_LINE = re.compile(r" +fix: (.+)\Z")
+
+
+# ---------------------------------------------------------------------------
+# Running doctor
+# ---------------------------------------------------------------------------
+
+class Outcome:
+    """One `mcp doctor` run: exit status, both streams, and the checks it printed."""
+
+    def __init__(self, done, json_mode):
+        self.code = done.returncode
+        self.stdout = done.stdout
+        self.stderr = done.stderr
+        self.out = done.stdout.decode("utf-8")
+        self.err = done.stderr.decode("utf-8")
+        self.checks = parse_json(self.out) if json_mode else parse_text(self.out)
+
+    def __getitem__(self, name):
+        return self.checks[name]
+
+    def status(self, name):
+        return self.checks[name]["status"]
+
+
+def parse_text(out):
+    """doctor.md's text output: one line per check in order, a `fix:` line under each
+    warn and fail and under nothing else."""
+    lines = out.splitlines()
+    assert out.endswith("\n"), out
+    checks, order = {}, []
+    index = 0
+    while index < len(lines):
+        match = TEXT_LINE.match(lines[index])
+        assert match, "not a check line: %r" % lines[index]
+        status, name, detail = match.groups()
+        fix = None
+        if index + 1 < len(lines):
+            follows = FIX_LINE.match(lines[index + 1])
+            if follows:
+                fix = follows.group(1)
+                index += 1
+        assert (fix is not None) == (status in ("warn", "fail")), (name, status, fix)
+        checks[name] = {"name": name, "status": status, "detail": detail, "fix": fix}
+        order.append(name)
+        index += 1
+    assert tuple(order) == CHECKS, order
+    return checks
+
+
+def parse_json(out):
+    """doctor.md's `--json`: one object {"ok", "checks": [{name, status, code, detail, fix}]}."""
+    report = json.loads(out)
+    assert set(report) == {"ok", "checks"}, report
+    assert isinstance(report["ok"], bool)
+    assert [check["name"] for check in report["checks"]] == list(CHECKS)
+    for check in report["checks"]:
+        assert set(check) == {"name", "status", "code", "detail", "fix"}, check
+        assert check["status"] in STATUSES, check
+        assert isinstance(check["detail"], str) and check["detail"], check
+        if check["status"] == "fail":
+            assert isinstance(check["code"], str) and re.match(r"[a-z][a-z0-9_]*\Z", check["code"])
+        if check["status"] in ("ok", "skip"):
+            assert check["code"] is None, check
+            assert check["fix"] is None, check
+        else:
+            assert isinstance(check["fix"], str) and check["fix"], check
+    assert report["ok"] == all(check["status"] != "fail" for check in report["checks"])
+    return dict((check["name"], check) for check in report["checks"])
+
+
+@pytest.fixture
+def doctor_pyz(pyz):
+    return pyz
+
+
+@pytest.fixture
+def cache_home(tmp_path):
+    """The bytecode cache (contract.md §5) lives here, outside every snapshot."""
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def base_env(config, cache_home):
+    return {"MEMPROVE_CONFIG_DIR": config.dir, "XDG_CACHE_HOME": cache_home}
+
+
+@pytest.fixture
+def doctor(doctor_pyz, make_env, base_env, workspace, planted):
+    """doctor(*args, env=None, cwd=None, json_mode=False, python=None) -> Outcome.
+
+    env is added to the base environment (the `config` fixture's directory; a None
+    value removes a key).  Every run is checked: exit 0 or 1 with nothing on standard
+    error, and no planted value (the token) on either stream, whatever the format."""
+    def run(*args, env=None, cwd=None, json_mode=False, python=None):
+        extra = dict(base_env)
+        extra.update(env or {})
+        argv = ["mcp", "doctor"] + list(args) + (["--json"] if json_mode else [])
+        done = run_cli(python or sys.executable, doctor_pyz, argv, make_env(extra), cwd or workspace)
+        for secret in planted:
+            for form in {secret.encode("utf-8"), json.dumps(secret)[1:-1].encode("utf-8")}:
+                assert form not in done.stdout, "the token is on standard output"
+                assert form not in done.stderr, "the token is on standard error"
+        assert done.stderr == b"", done.stderr
+        outcome = Outcome(done, json_mode)
+        failed = any(check["status"] == "fail" for check in outcome.checks.values())
+        assert outcome.code == (1 if failed else 0), (outcome.code, outcome.out)
+        return outcome
+    return run
+
+
+def print_config(doctor_pyz, make_env, base_env, workspace, *args):
+    """The entry `mcp print-config` prints (stdout, parsed when JSON)."""
+    done = run_cli(sys.executable, doctor_pyz, ["mcp", "print-config"] + list(args),
+                   make_env(base_env), workspace)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode("utf-8")
+
+
+@pytest.fixture
+def claude_entry(doctor_pyz, make_env, base_env, workspace):
+    """The project .mcp.json, exactly as print-config writes it."""
+    text = print_config(doctor_pyz, make_env, base_env, workspace)
+    (workspace / ".mcp.json").write_text(text)
+    return json.loads(text)
+
+
+def write_entry(path, entry, container="mcpServers"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({container: {"memprove": entry}}))
+
+
+def daemon_write(daemon, token, path, body):
+    """One write to the reference daemon, as a test's own setup (not the server's)."""
+    connection = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=SAFETY_TIMEOUT)
+    try:
+        connection.request("POST", path, body=json.dumps(body).encode("utf-8"), headers={
+            "Authorization": "Bearer " + token, "Content-Type": "application/json",
+            "Idempotency-Key": str(uuid.uuid4())})
+        response = connection.getresponse()
+        answer = json.loads(response.read().decode("utf-8"))
+    finally:
+        connection.close()
+    assert response.status in (200, 201), answer
+    return answer
+
+
+def closed_port():
+    """A loopback port nobody listens on (bound, then released)."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return port
+
+
+def point_at(data_dir, url):
+    (Path(data_dir) / "daemon.json").write_text(json.dumps({"url": url, "pid": 1}))
+
+
+# ---------------------------------------------------------------------------
+# The whole path working
+# ---------------------------------------------------------------------------
+
+def test_all_ok_one_read_no_file_written(doctor, daemon, config, workspace, home, claude_entry,
+                                         doctor_pyz):
+    daemon.clear_ops()
+    before = snapshot(workspace, config.dir, home, config.data_dir / "daemon.json")
+    outcome = doctor()
+    after = snapshot(workspace, config.dir, home, config.data_dir / "daemon.json")
+    assert outcome.code == 0
+    assert [outcome.status(name) for name in CHECKS] == ["ok"] * 7, outcome.out
+    assert len(outcome.out.splitlines()) == 7
+    assert before == after, "doctor wrote a file"
+    # Exactly one daemon request: listTasks (a read, GET) for the Workspace, with the token.
+    ops = daemon.ops
+    assert [(op["op"], op["method"], op["status"]) for op in ops] == [("listTasks", "GET", 200)]
+    assert ops[0]["headers"]["authorization"] == "Bearer " + config.token
+    assert "idempotency-key" not in ops[0]["headers"]
+    assert dict(ops[0]["query"]) == {"workspace": str(workspace.resolve())}
+    assert str(workspace.resolve()) in outcome["workspace"]["detail"]
+    assert daemon.url in outcome["daemon"]["detail"]
+    assert str(config.dir) in outcome["config_dir"]["detail"]
+    assert "MEMPROVE_CONFIG_DIR" in outcome["config_dir"]["detail"]
+    assert str(workspace / ".mcp.json") in outcome["client"]["detail"]
+
+
+def test_json_all_ok(doctor, daemon, claude_entry):
+    outcome = doctor(json_mode=True)
+    report = json.loads(outcome.out)
+    assert report["ok"] is True and outcome.code == 0
+    assert [check["status"] for check in report["checks"]] == ["ok"] * 7
+    assert len(daemon.ops) == 1
+
+
+def test_json_with_every_status(doctor, config, workspace, home):
+    """warn (no client entry), fail (no data directory), skip (daemon), ok (python)."""
+    (config.dir / "data-dir").unlink()
+    outcome = doctor(json_mode=True)
+    assert outcome.code == 1
+    assert json.loads(outcome.out)["ok"] is False
+    assert outcome.status("python") == "ok"
+    assert outcome["data_dir"]["code"] == "data_dir_missing"
+    assert outcome.status("daemon") == "skip"
+    client = outcome["client"]
+    assert client["status"] == "warn" and client["code"] is None
+
+
+# ---------------------------------------------------------------------------
+# python
+# ---------------------------------------------------------------------------
+
+def test_python_reports_version_implementation_and_bytecode(doctor, server_python, daemon,
+                                                             claude_entry):
+    outcome = doctor(python=server_python, json_mode=True)
+    detail = outcome["python"]["detail"]
+    version = subprocess.run([server_python, "-c", "import platform; print(platform.python_version())"],
+                             stdout=subprocess.PIPE, timeout=SAFETY_TIMEOUT).stdout.decode().strip()
+    assert version in detail and "CPython" in detail, detail
+    assert any(origin in detail for origin in ORIGINS), detail
+    assert outcome.status("python") == "ok"
+    assert outcome.code == 0, outcome.out
+
+
+def test_python_newer_than_tested_warns(doctor_pyz, tmp_path, make_env, base_env, workspace,
+                                        daemon, claude_entry, planted):
+    """The same archive with NEWEST_TESTED lowered below this interpreter: a warn with a fix."""
+    with zipfile.ZipFile(str(doctor_pyz)) as archive:
+        source = archive.read("memprove_mcp.py").decode("utf-8")
+    assert source.count("NEWEST_TESTED = (3, 15)") == 1
+    module = tmp_path / "older" / "memprove_mcp.py"
+    module.parent.mkdir()
+    module.write_text(source.replace("NEWEST_TESTED = (3, 15)", "NEWEST_TESTED = (3, 0)"))
+    older = tmp_path / "older" / "memprove_mcp.pyz"
+    built = subprocess.run([sys.executable, str(REPO / "build_zipapp.py"), "--no-bytecode",
+                            "--source", str(module), "--output", str(older)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    assert built.returncode == 0, built.stderr
+    done = run_cli(sys.executable, older, ["mcp", "doctor"], make_env(base_env), workspace)
+    outcome = Outcome(done, False)
+    assert outcome.status("python") == "warn"
+    assert "3.0" in outcome["python"]["detail"]
+    assert outcome["python"]["fix"].startswith("python3.0 ")
+    assert outcome["python"]["fix"].endswith("mcp print-config --python")
+    # A warn is no failure; the client entry names the other archive, also a warn.
+    assert outcome.code == 0, outcome.out
+    for secret in planted:
+        assert secret.encode() not in done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------------------
+# config_dir
+# ---------------------------------------------------------------------------
+
+def test_config_dir_from_option(doctor, config, daemon, tmp_path):
+    outcome = doctor("--config-dir", str(config.dir), env={"MEMPROVE_CONFIG_DIR": None})
+    assert outcome.status("config_dir") == "ok"
+    assert "%s (from --config-dir)" % config.dir in outcome["config_dir"]["detail"]
+    # The client fix reproduces the option.
+    assert outcome["client"]["fix"].endswith(
+        "mcp print-config --config-dir %s" % config.dir), outcome["client"]["fix"]
+
+
+def test_config_dir_from_xdg(doctor, tmp_path):
+    outcome = doctor(env={"MEMPROVE_CONFIG_DIR": None, "XDG_CONFIG_HOME": tmp_path / "xdg"})
+    detail = outcome["config_dir"]["detail"]
+    assert str(tmp_path / "xdg" / "memprove") in detail and "XDG_CONFIG_HOME" in detail
+
+
+def test_config_dir_missing_warns(doctor, config, daemon, tmp_path):
+    """No configuration directory at all; the token and data directory from the environment."""
+    absent = tmp_path / "nowhere"
+    outcome = doctor(env={"MEMPROVE_CONFIG_DIR": absent, "MEMPROVE_TOKEN_FILE": config.token_file,
+                          "MEMPROVE_DATA_DIR": config.data_dir})
+    check = outcome["config_dir"]
+    assert check["status"] == "warn" and "does not exist" in check["detail"]
+    assert check["fix"] == "mkdir -p -m 700 %s" % absent
+    assert outcome.status("token") == "ok" and outcome.status("daemon") == "ok"
+    assert not absent.exists()
+
+
+# ---------------------------------------------------------------------------
+# token
+# ---------------------------------------------------------------------------
+
+def test_token_from_each_source(doctor, config, daemon, tmp_path, planted):
+    assert doctor()["token"]["detail"] == "from config (%s), well formed" % config.token_file
+    outcome = doctor(env={"MEMPROVE_TOKEN": config.token})
+    assert outcome["token"]["detail"] == "from MEMPROVE_TOKEN, well formed"
+    assert outcome.status("daemon") == "ok"
+    other = tmp_path / "elsewhere-token"
+    other.write_text(config.token + "\n")
+    other.chmod(0o600)
+    outcome = doctor(env={"MEMPROVE_TOKEN_FILE": other})
+    assert outcome["token"]["detail"] == "from MEMPROVE_TOKEN_FILE (%s), well formed" % other
+
+
+def test_token_file_open_to_others_warns(doctor, config, daemon):
+    config.token_file.chmod(0o644)
+    outcome = doctor()
+    check = outcome["token"]
+    assert check["status"] == "warn" and "group or others" in check["detail"]
+    assert check["fix"] == "chmod 600 %s" % config.token_file
+    # Still used, as by the server.
+    assert outcome.status("daemon") == "ok"
+
+
+def test_token_missing(doctor, config, daemon, tmp_path):
+    config.token_file.unlink()
+    outcome = doctor(json_mode=True)
+    check = outcome["token"]
+    assert (check["status"], check["code"]) == ("fail", "token_missing")
+    assert check["fix"].startswith("export MEMPROVE_TOKEN_FILE=")
+    assert outcome.status("daemon") == "skip" and "token" in outcome["daemon"]["detail"]
+    assert daemon.ops == []
+    # A set source that cannot be used is an error: no falling through to another.
+    config.token_file.write_text(config.token)
+    outcome = doctor(env={"MEMPROVE_TOKEN_FILE": tmp_path / "mistyped"}, json_mode=True)
+    assert outcome["token"]["code"] == "token_missing"
+    assert str(tmp_path / "mistyped") in outcome["token"]["detail"]
+
+
+def test_token_malformed_is_never_shown(doctor, config, daemon, plant):
+    bad = plant("tok bad")              # white space inside: never a header, never printed
+    for json_mode in (False, True):
+        outcome = doctor(env={"MEMPROVE_TOKEN": bad}, json_mode=json_mode)
+        assert outcome.status("token") == "fail"
+        if json_mode:
+            assert outcome["token"]["code"] == "token_malformed"
+        assert outcome.status("daemon") == "skip"
+    assert daemon.ops == []
+
+
+# ---------------------------------------------------------------------------
+# data_dir
+# ---------------------------------------------------------------------------
+
+def test_data_dir_from_each_source(doctor, config, daemon):
+    assert doctor()["data_dir"]["detail"] == "%s (from config)" % config.data_dir
+    outcome = doctor(env={"MEMPROVE_DATA_DIR": config.data_dir})
+    assert outcome["data_dir"]["detail"] == "%s (from MEMPROVE_DATA_DIR)" % config.data_dir
+
+
+def test_data_dir_not_set(doctor, config):
+    (config.dir / "data-dir").unlink()
+    outcome = doctor(json_mode=True)
+    assert outcome["data_dir"]["code"] == "data_dir_missing"
+    assert outcome["data_dir"]["fix"].startswith("export MEMPROVE_DATA_DIR=")
+    assert outcome.status("daemon") == "skip"
+
+
+def test_data_dir_not_a_directory(doctor, config, tmp_path):
+    outcome = doctor(env={"MEMPROVE_DATA_DIR": tmp_path / "no-such-data"}, json_mode=True)
+    assert outcome["data_dir"]["code"] == "data_dir_missing"
+    assert "not a directory" in outcome["data_dir"]["detail"]
+    assert outcome.status("daemon") == "skip"
+
+
+# ---------------------------------------------------------------------------
+# workspace
+# ---------------------------------------------------------------------------
+
+def test_workspace_reports_context_and_runs(doctor, daemon, config, workspace):
+    memprove = workspace / ".memprove"
+    (memprove / "context.json").write_text(json.dumps({
+        "version": 1, "workspace": {"id": "w", "root": str(workspace)},
+        "task": {"id": "t", "number": 3, "title": "x"},
+        "session": {"id": "s", "number": 7, "agent": {"name": "a", "role": "implementer"},
+                    "parent": None}}))
+    (memprove / "runs.jsonl").write_text(
+        '{"label": "r1", "id": "a"}\n{"label": "r2", "id": "b"}\n{"torn')
+    check = doctor()["workspace"]
+    assert check["status"] == "ok"
+    assert check["detail"] == ("%s (found by working directory), .memprove/ present, Task 3, "
+                               "Session 7, 2 runs in runs.jsonl" % workspace.resolve())
+
+
+def test_workspace_from_option_and_project_dir(doctor, daemon, workspace, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    outcome = doctor("--workspace", str(workspace), cwd=elsewhere)
+    assert outcome["workspace"]["detail"].startswith("%s (found by --workspace)" % workspace.resolve())
+    assert dict(daemon.ops[-1]["query"]) == {"workspace": str(workspace.resolve())}
+    outcome = doctor(env={"CLAUDE_PROJECT_DIR": workspace}, cwd=elsewhere)
+    assert "found by CLAUDE_PROJECT_DIR" in outcome["workspace"]["detail"]
+
+
+def test_unexpanded_workspace_variable_is_ignored_and_said(doctor, daemon, workspace):
+    outcome = doctor("--workspace", "${workspaceFolder}", env={"MEMPROVE_WORKSPACE": "${HOME}/x"})
+    detail = outcome["workspace"]["detail"]
+    assert outcome.status("workspace") == "ok"
+    assert detail.startswith("%s (found by working directory)" % workspace.resolve())
+    assert "--workspace not expanded" in detail and "MEMPROVE_WORKSPACE not expanded" in detail
+
+
+def test_linked_context_lock_is_named(doctor, daemon, workspace, tmp_path):
+    (workspace / ".memprove" / "context.lock").symlink_to(tmp_path / "elsewhere")
+    outcome = doctor(json_mode=True)
+    check = outcome["workspace"]
+    assert check["code"] == "context_unreadable"
+    assert "context.lock" in check["detail"]
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_workspace_without_memprove_warns(doctor, daemon, tmp_path):
+    project = tmp_path / "fresh"
+    (project / ".git").mkdir(parents=True)
+    outcome = doctor(cwd=project)
+    check = outcome["workspace"]
+    assert check["status"] == "warn" and "no .memprove/ yet" in check["detail"]
+    assert "begin" in check["fix"]
+    assert outcome.status("daemon") == "ok" and outcome.code == 0
+    assert not (project / ".memprove").exists()
+
+
+@pytest.mark.parametrize("how", ["option", "CLAUDE_PROJECT_DIR"])
+def test_workspace_unusable(doctor, daemon, tmp_path, how):
+    missing = tmp_path / "no-such-project"
+    if how == "option":
+        outcome = doctor("--workspace", str(missing), json_mode=True)
+    else:
+        outcome = doctor(env={"CLAUDE_PROJECT_DIR": missing}, json_mode=True)
+    assert outcome["workspace"]["code"] == "workspace_unusable"
+    assert outcome.status("daemon") == "skip" and daemon.ops == []
+    assert not missing.exists()
+
+
+def test_context_unreadable(doctor, daemon, workspace):
+    context = workspace / ".memprove" / "context.json"
+    context.write_text("{not json")
+    outcome = doctor(json_mode=True)
+    check = outcome["workspace"]
+    assert (check["status"], check["code"]) == ("fail", "context_unreadable")
+    assert str(context) in check["fix"]
+    assert context.read_text() == "{not json"
+    # The daemon needs the Workspace, not its context: it is still asked.
+    assert outcome.status("daemon") == "ok"
+
+
+# ---------------------------------------------------------------------------
+# daemon
+# ---------------------------------------------------------------------------
+
+def test_daemon_counts_tasks(doctor, daemon, config, workspace):
+    root = str(workspace.resolve())
+    made = daemon_write(daemon, config.token, "/v1/workspaces/resolve", {"root": root})
+    for title in ("one", "two"):
+        daemon_write(daemon, config.token, "/v1/tasks",
+                     {"workspace_id": made["workspace"]["id"], "title": title})
+    daemon.clear_ops()
+    outcome = doctor()
+    assert outcome["daemon"]["detail"].endswith(": 2 Tasks")
+    assert [op["op"] for op in daemon.ops] == ["listTasks"]
+
+
+@pytest.mark.parametrize("broken", ["token", "data_dir", "workspace"])
+def test_daemon_skipped_when_its_inputs_failed(doctor, daemon, config, tmp_path, broken):
+    env = {}
+    if broken == "token":
+        config.token_file.unlink()
+    elif broken == "data_dir":
+        (config.dir / "data-dir").unlink()
+    else:
+        env["CLAUDE_PROJECT_DIR"] = tmp_path / "gone"
+    outcome = doctor(env=env)
+    assert outcome.status(broken) == "fail"
+    assert outcome.status("daemon") == "skip"
+    assert broken in outcome["daemon"]["detail"]
+    assert daemon.ops == []
+
+
+def test_no_daemon_at_all(doctor, config, workspace, home, claude_entry):
+    """Nothing ever started: no daemon.json in the data directory."""
+    before = snapshot(workspace, config.dir, config.data_dir, home)
+    outcome = doctor(json_mode=True)
+    assert snapshot(workspace, config.dir, config.data_dir, home) == before
+    check = outcome["daemon"]
+    assert (check["status"], check["code"]) == ("fail", "daemon_unavailable")
+    assert "daemon" in check["fix"]
+    assert [outcome.status(name) for name in CHECKS if name != "daemon"] == ["ok"] * 6
+    assert outcome.code == 1
+
+
+def test_daemon_stopped(doctor, daemon):
+    assert doctor().status("daemon") == "ok"
+    daemon.stop()
+    outcome = doctor(json_mode=True)
+    assert outcome["daemon"]["code"] == "daemon_unavailable"
+
+
+def test_daemon_json_left_by_a_dead_daemon(doctor, config):
+    url = "http://127.0.0.1:%d" % closed_port()
+    point_at(config.data_dir, url)
+    outcome = doctor(json_mode=True)
+    assert outcome["daemon"]["code"] == "daemon_unavailable"
+    assert url in outcome["daemon"]["detail"]
+
+
+def test_daemon_address_refused_sends_nothing(doctor, config):
+    spy = RawDaemon(lambda conn: None)
+    try:
+        # Same port, but not a loopback name: the token must not be sent.
+        point_at(config.data_dir, "http://example.invalid:%s" % spy.url.rsplit(":", 1)[1])
+        outcome = doctor(json_mode=True)
+    finally:
+        spy.close()
+    assert outcome["daemon"]["code"] == "daemon_address_refused"
+    assert spy.requests == 0
+
+
+@pytest.mark.parametrize("code", ["token_revoked", "unauthenticated", "scope_missing"])
+def test_daemon_refuses_the_token(doctor, daemon, config, code):
+    if code == "token_revoked":
+        daemon.revoke_token(config.token)
+    elif code == "unauthenticated":
+        daemon.remove_token(config.token)
+    else:
+        daemon.add_token(config.token, scopes=("mcp-write",))
+    daemon.clear_ops()
+    for json_mode in (False, True):
+        outcome = doctor(json_mode=json_mode)
+        assert outcome.status("daemon") == "fail"
+    assert outcome["daemon"]["code"] == code
+    assert code in outcome["daemon"]["detail"]
+    assert [op["op"] for op in daemon.ops] == ["listTasks", "listTasks"]   # one per run
+
+
+def test_daemon_error(doctor, daemon):
+    daemon.inject("status500", op="listTasks")
+    outcome = doctor(json_mode=True)
+    assert outcome["daemon"]["code"] == "daemon_error"
+    assert [op["op"] for op in daemon.ops] == ["listTasks"]     # a read is never retried
+
+
+def test_daemon_that_never_answers(doctor, config):
+    """A daemon that accepts and never answers: daemon_timeout, after one request, within
+    MEMPROVE_TIMEOUT (run_cli's safety timeout would fail the test if it hung)."""
+    release = threading.Event()
+    hang = RawDaemon(lambda conn: release.wait(SAFETY_TIMEOUT))
+    try:
+        hang.write_daemon_json(config.data_dir)
+        outcome = doctor(env={"MEMPROVE_TIMEOUT": "0.5"}, json_mode=True)
+        assert hang.requests == 1
+    finally:
+        release.set()
+        hang.close()
+    check = outcome["daemon"]
+    assert (check["status"], check["code"]) == ("fail", "daemon_timeout")
+    assert "0.5" in check["detail"]
+
+
+# ---------------------------------------------------------------------------
+# client
+# ---------------------------------------------------------------------------
+
+def test_client_entry_from_print_config_is_ok(doctor, daemon, claude_entry, doctor_pyz, config):
+    entry = claude_entry["mcpServers"]["memprove"]
+    assert entry["command"] == str(doctor_pyz)
+    assert doctor().status("client") == "ok"
+
+
+def test_client_in_claude_json(doctor, daemon, claude_entry, home, workspace, doctor_pyz, tmp_path):
+    entry = dict(claude_entry["mcpServers"]["memprove"])
+    (workspace / ".mcp.json").unlink()
+    claude = home / ".claude.json"
+    # Other servers and settings in the file are not read out.
+    claude.write_text(json.dumps({"projects": {str(workspace.resolve()): {"mcpServers": {"memprove": entry}}},
+                                  "mcpServers": {"other": {"command": "secret-tool"}}}))
+    outcome = doctor()
+    assert outcome.status("client") == "ok"
+    assert "projects[root]" in outcome["client"]["detail"]
+    assert "secret-tool" not in outcome.out
+    claude.write_text(json.dumps({"mcpServers": {"memprove": entry}}))
+    outcome = doctor()
+    assert outcome.status("client") == "ok"
+    assert "projects" not in outcome["client"]["detail"]
+
+
+def test_project_entry_comes_first(doctor, daemon, claude_entry, home, workspace):
+    # ~/.claude.json names a missing command, but .mcp.json is read first.
+    write_entry(home / ".claude.json", {"command": "/no/such/server"})
+    assert doctor().status("client") == "ok"
+    (workspace / ".mcp.json").unlink()
+    assert doctor().status("client") == "fail"
+
+
+def test_no_client_entry_warns_with_the_print_config_line(doctor, daemon, doctor_pyz, workspace):
+    outcome = doctor()
+    check = outcome["client"]
+    assert check["status"] == "warn"
+    assert str(workspace.resolve() / ".mcp.json") in check["detail"]
+    assert check["fix"] == "python3 %s mcp print-config" % doctor_pyz
+    assert outcome.code == 0
+
+
+def test_client_fix_names_the_client(doctor, daemon, doctor_pyz, home):
+    outcome = doctor("--client", "codex")
+    assert outcome["client"]["fix"] == "python3 %s mcp print-config --client codex" % doctor_pyz
+    assert str(home / ".codex" / "config.toml") in outcome["client"]["detail"]
+
+
+def test_client_command_missing_fails(doctor, daemon, claude_entry, workspace, tmp_path):
+    entry = dict(claude_entry["mcpServers"]["memprove"], command=str(tmp_path / "gone.pyz"))
+    write_entry(workspace / ".mcp.json", entry)
+    outcome = doctor(json_mode=True)
+    check = outcome["client"]
+    assert check["status"] == "fail" and check["code"]
+    assert str(tmp_path / "gone.pyz") in check["detail"]
+    assert "mcp print-config" in check["fix"]
+    assert outcome.code == 1
+
+
+def test_client_runs_another_copy_warns(doctor, daemon, claude_entry, workspace, tmp_path, doctor_pyz):
+    copy = tmp_path / "old" / "memprove_mcp.pyz"
+    copy.parent.mkdir()
+    shutil.copy(str(doctor_pyz), str(copy))
+    write_entry(workspace / ".mcp.json", dict(claude_entry["mcpServers"]["memprove"], command=str(copy)))
+    check = doctor()["client"]
+    assert check["status"] == "warn" and str(copy) in check["detail"]
+
+
+def test_client_python_entry(doctor, daemon, doctor_pyz, make_env, base_env, workspace, tmp_path):
+    """A `--python` entry: the interpreter is the command, the .pyz its first argument."""
+    text = print_config(doctor_pyz, make_env, base_env, workspace, "--python")
+    (workspace / ".mcp.json").write_text(text)
+    assert doctor().status("client") == "ok"
+    entry = json.loads(text)["mcpServers"]["memprove"]
+    entry["args"][0] = str(tmp_path / "moved.pyz")
+    write_entry(workspace / ".mcp.json", entry)
+    assert doctor().status("client") == "fail"
+
+
+def test_client_other_config_dir_warns(doctor, daemon, claude_entry, workspace, tmp_path):
+    entry = json.loads(json.dumps(claude_entry["mcpServers"]["memprove"]))
+    entry["args"][-1] = str(tmp_path / "other-config")
+    entry["env"]["MEMPROVE_CONFIG_DIR"] = str(tmp_path / "other-config")
+    write_entry(workspace / ".mcp.json", entry)
+    check = doctor()["client"]
+    assert check["status"] == "warn" and str(tmp_path / "other-config") in check["detail"]
+
+
+def entry_with_token(entry, form, token):
+    entry = json.loads(json.dumps(entry))
+    if form == "env MEMPROVE_TOKEN":
+        entry["env"]["MEMPROVE_TOKEN"] = token
+    elif form == "env key, any case":
+        entry["env"]["my_Token_file"] = "/home/ana/.config/memprove/token"
+    elif form == "argument":
+        entry["args"] += ["--token", token]
+    elif form == "argument=":
+        entry["args"] += ["--api-TOKEN=" + token]
+    elif form == "value in args":
+        entry["args"] += [token]
+    elif form == "value under another name":
+        entry["env"]["AUTH"] = "Bearer " + token
+    return entry
+
+
+TOKEN_FORMS = ["env MEMPROVE_TOKEN", "env key, any case", "argument", "argument=",
+               "value in args", "value under another name"]
+
+
+@pytest.mark.parametrize("form", TOKEN_FORMS)
+def test_token_in_client_entry_fails(doctor, daemon, config, claude_entry, workspace, form):
+    write_entry(workspace / ".mcp.json",
+                entry_with_token(claude_entry["mcpServers"]["memprove"], form, config.token))
+    for json_mode in (False, True):        # the `doctor` fixture checks the token is not shown
+        outcome = doctor(json_mode=json_mode)
+        assert outcome.status("client") == "fail", outcome.out
+        assert outcome.code == 1
+    assert outcome["client"]["code"]
+    assert "token" in outcome["client"]["detail"]
+
+
+@pytest.mark.parametrize("reference", ["$MEMPROVE_TOKEN_FILE", "${MEMPROVE_TOKEN_FILE}",
+                                       "{env:MEMPROVE_TOKEN_FILE}"])
+def test_variable_reference_is_no_token(doctor, daemon, claude_entry, workspace, reference):
+    entry = json.loads(json.dumps(claude_entry["mcpServers"]["memprove"]))
+    entry["env"]["MEMPROVE_TOKEN_FILE"] = reference
+    entry["args"] += ["--token-file", reference]
+    write_entry(workspace / ".mcp.json", entry)
+    assert doctor().status("client") == "ok"
+
+
+def test_token_in_user_claude_json_fails(doctor, daemon, config, claude_entry, workspace, home):
+    entry = entry_with_token(claude_entry["mcpServers"]["memprove"], "env MEMPROVE_TOKEN", config.token)
+    (workspace / ".mcp.json").unlink()
+    write_entry(home / ".claude.json", entry)
+    outcome = doctor(json_mode=True)
+    assert outcome.status("client") == "fail"
+    assert str(home / ".claude.json") in outcome["client"]["detail"]
+
+
+# Other clients: the files clients.md names, JSON parsed, TOML and YAML read by lines.
+
+def codex_block(pyz, config_dir, extra=""):
+    return ('[mcp_servers.memprove]\ncommand = "%s"\nargs = ["mcp", "serve", "--config-dir", "%s"]\n'
+            'env_vars = ["MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR"]\n%s'
+            '\n[mcp_servers.memprove.env]\nMEMPROVE_CONFIG_DIR = "%s"\n'
+            % (pyz, config_dir, extra, config_dir))
+
+
+def test_codex_toml(doctor, daemon, config, doctor_pyz, home, tmp_path):
+    codex = home / ".codex" / "config.toml"
+    codex.parent.mkdir()
+    codex.write_text('model = "o4"\n\n' + codex_block(doctor_pyz, config.dir) + '\n[other]\nx = 1\n')
+    assert doctor("--client", "codex").status("client") == "ok"
+    codex.write_text(codex_block(doctor_pyz, config.dir).replace(
+        'MEMPROVE_CONFIG_DIR = "%s"\n' % config.dir,
+        'MEMPROVE_CONFIG_DIR = "%s"\nMEMPROVE_TOKEN = "%s"\n' % (config.dir, config.token)))
+    outcome = doctor("--client", "codex")
+    assert outcome.status("client") == "fail"
+    # $CODEX_HOME is honoured.
+    moved = tmp_path / "codex-home"
+    moved.mkdir()
+    (moved / "config.toml").write_text(codex_block(doctor_pyz, config.dir))
+    assert doctor("--client", "codex", env={"CODEX_HOME": moved}).status("client") == "ok"
+
+
+def test_gemini_reference_to_token_file(doctor, daemon, config, doctor_pyz, workspace):
+    entry = {"command": str(doctor_pyz), "args": ["mcp", "serve", "--config-dir", str(config.dir)],
+             "env": {"MEMPROVE_CONFIG_DIR": str(config.dir), "MEMPROVE_TOKEN_FILE": "$MEMPROVE_TOKEN_FILE"}}
+    write_entry(workspace / ".gemini" / "settings.json", entry)
+    assert doctor("--client", "gemini").status("client") == "ok"
+    entry["env"]["MEMPROVE_TOKEN_FILE"] = str(config.token_file)
+    write_entry(workspace / ".gemini" / "settings.json", entry)
+    assert doctor("--client", "gemini").status("client") == "fail"
+
+
+def test_opencode_command_list(doctor, daemon, config, doctor_pyz, workspace):
+    entry = {"type": "local", "command": [str(doctor_pyz), "mcp", "serve", "--config-dir", str(config.dir)],
+             "environment": {"MEMPROVE_CONFIG_DIR": str(config.dir)}, "enabled": True}
+    write_entry(workspace / "opencode.json", entry, container="mcp")
+    assert doctor("--client", "opencode").status("client") == "ok"
+    entry["environment"]["MEMPROVE_TOKEN"] = config.token
+    write_entry(workspace / "opencode.json", entry, container="mcp")
+    assert doctor("--client", "opencode").status("client") == "fail"
+
+
+def test_goose_yaml(doctor, daemon, config, doctor_pyz, home):
+    goose = home / ".config" / "goose" / "config.yaml"
+    goose.parent.mkdir(parents=True)
+    block = ('extensions:\n  developer:\n    enabled: true\n  memprove:\n    name: memprove\n'
+             '    type: stdio\n    cmd: "%s"\n    args:\n    - mcp\n    - serve\n    - --config-dir\n'
+             '    - "%s"\n    envs:\n      MEMPROVE_CONFIG_DIR: "%s"\n%s    enabled: true\n    timeout: 300\n'
+             'GOOSE_MODEL: x\n')
+    goose.write_text(block % (doctor_pyz, config.dir, config.dir, ""))
+    assert doctor("--client", "goose").status("client") == "ok"
+    goose.write_text(block % (doctor_pyz, config.dir, config.dir,
+                              "      MEMPROVE_TOKEN: %s\n" % config.token))
+    assert doctor("--client", "goose").status("client") == "fail"
+
+
+def test_continue_yaml_block_file(doctor, daemon, config, doctor_pyz, workspace):
+    folder = workspace / ".continue" / "mcpServers"
+    folder.mkdir(parents=True)
+    (folder / "memprove.yaml").write_text(
+        'name: memprove\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - name: memprove\n'
+        '    type: stdio\n    command: "%s"\n    args: ["mcp", "serve", "--config-dir", "%s"]\n'
+        '    env:\n      MEMPROVE_CONFIG_DIR: "%s"\n' % (doctor_pyz, config.dir, config.dir))
+    assert doctor("--client", "continue").status("client") == "ok"
+
+
+# Every client: print-config's entry, put where clients.md says, is what doctor finds.
+CLIENT_FILE = {
+    "claude-code": ("root", ".mcp.json"), "codex": ("home", ".codex/config.toml"),
+    "gemini": ("root", ".gemini/settings.json"), "opencode": ("root", "opencode.json"),
+    "cline": ("home", ".cline/data/settings/cline_mcp_settings.json"),
+    "continue": ("home", ".continue/config.yaml"), "amp": ("root", ".amp/settings.json"),
+    "cursor": ("root", ".cursor/mcp.json"), "vscode": ("root", ".vscode/mcp.json"),
+    "windsurf": ("home", ".codeium/windsurf/mcp_config.json"),
+    "zed": ("root", ".zed/settings.json"), "goose": ("home", ".config/goose/config.yaml"),
+}
+
+
+def with_token_key(text, token):
+    """The same entry text with MEMPROVE_TOKEN set to the token in its environment."""
+    if text.lstrip().startswith("{"):
+        document = json.loads(text)
+        entry = next(iter(document.values()))["memprove"]
+        entry[next(key for key in ("env", "environment") if key in entry)]["MEMPROVE_TOKEN"] = token
+        return json.dumps(document, indent=2)
+    if text.startswith("[mcp_servers.memprove]"):
+        return text + 'MEMPROVE_TOKEN = "%s"\n' % token       # the env table comes last
+    changed = re.sub(r"(?m)^( +)(MEMPROVE_CONFIG_DIR: .*)$",
+                     lambda m: '%s%s\n%sMEMPROVE_TOKEN: "%s"' % (m.group(1), m.group(2), m.group(1), token),
+                     text)
+    assert changed != text
+    return changed
+
+
+@pytest.mark.parametrize("name", sorted(CLIENT_FILE))
+def test_every_clients_print_config_entry(doctor, daemon, config, doctor_pyz, make_env, base_env,
+                                          workspace, home, name):
+    text = print_config(doctor_pyz, make_env, base_env, workspace, "--client", name)
+    base, relative = CLIENT_FILE[name]
+    path = (workspace if base == "root" else home) / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    args = [] if name == "claude-code" else ["--client", name]
+    assert doctor(*args).status("client") == "warn"
+    path.write_text(text)
+    outcome = doctor(*args)
+    assert outcome.status("client") == "ok", outcome.out
+    assert str(path) in outcome["client"]["detail"]
+    path.write_text(with_token_key(text, config.token))
+    outcome = doctor(*args, json_mode=True)
+    assert outcome.status("client") == "fail", outcome.out
+    assert "MEMPROVE_TOKEN" in outcome["client"]["detail"]
+
+
+# ---------------------------------------------------------------------------
+# Exit statuses and usage errors
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [["--frobnicate"], ["--client", "no-such-client"], ["--client"],
+                                  ["--workspace"], ["--config-dir"], ["--python"]])
+def test_usage_error_exits_2(doctor_pyz, make_env, base_env, workspace, args):
+    done = run_cli(sys.executable, doctor_pyz, ["mcp", "doctor"] + args, make_env(base_env), workspace)
+    assert done.returncode == 2
+    assert done.stdout == b""
+    err = done.stderr.decode("utf-8")
+    assert err.endswith("\n") and err.count("\n") == 1, err
+
+
+def test_exit_statuses(doctor, daemon, config, claude_entry, workspace):
+    assert doctor().code == 0
+    (workspace / ".mcp.json").unlink()
+    warned = doctor()
+    assert warned.status("client") == "warn" and warned.code == 0
+    daemon.revoke_token(config.token)
+    assert doctor().code == 1
+
+
+def test_token_nowhere_in_any_output(doctor, daemon, config, claude_entry, workspace, home):
+    """The token in the environment, in the client entries, refused by the daemon: on
+    neither stream, in either format (the `doctor` fixture checks each run)."""
+    write_entry(workspace / ".mcp.json", entry_with_token(
+        claude_entry["mcpServers"]["memprove"], "value under another name", config.token))
+    (config.data_dir / "daemon.json").write_text(json.dumps(
+        {"url": "http://user:%s@127.0.0.1:%d" % (config.token, daemon.port)}))
+    for env in ({}, {"MEMPROVE_TOKEN": config.token}):
+        for json_mode in (False, True):
+            outcome = doctor(env=env, json_mode=json_mode)
+            assert outcome.status("client") == "fail"
+            assert outcome.status("daemon") == "fail"

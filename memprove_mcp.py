@@ -406,46 +406,72 @@ def token_file_reference(environ, workspace):
     return [("MEMPROVE_TOKEN_FILE", "$MEMPROVE_TOKEN_FILE")] if environ.get("MEMPROVE_TOKEN_FILE") else []
 
 
-def client(file_format, shape, where, project_file=None, env=None):
+def client(file_format, shape, where, project_file=None, env=None, user_files=()):
     """One row of CLIENTS.  `where` ends the standard-error line; `project_file`
     (path parts under the Workspace root) comes before it when the client
-    reads a file in the project."""
+    reads a file in the project.  `user_files` are where `mcp doctor` looks
+    next: (base, path parts, keys before the client's own), the base "~" for
+    the home directory, "codex" for $CODEX_HOME (else ~/.codex), "root" for
+    the Workspace root; "<root>" in the keys stands for the root's path."""
     return {"format": file_format, "shape": shape, "where": where,
-            "project_file": project_file, "env": env}
+            "project_file": project_file, "env": env, "user_files": user_files}
 
+
+HOME_CLAUDE = ("~", (".claude.json",), ())
 
 CLIENTS = {
-    "claude-code": client("json", servers_entry("mcpServers", stdio_type=True),
-                          "(project scope) or in ~/.claude.json (local or user scope)",
-                          project_file=(".mcp.json",)),
-    "codex": client("toml", codex_entry, "~/.codex/config.toml (or $CODEX_HOME/config.toml)"),
-    "gemini": client("json", servers_entry("mcpServers"),
-                     "(project) or in ~/.gemini/settings.json (user); Gemini starts it only "
-                     "in a trusted folder", project_file=(".gemini", "settings.json"),
-                     env=token_file_reference),
-    "opencode": client("json", opencode_entry,
-                       "(project) or in ~/.config/opencode/opencode.json (user)",
-                       project_file=("opencode.json",)),
-    "cline": client("json", servers_entry("mcpServers", stdio_type=True,
-                                          trailing=(("disabled", False),)),
-                    "~/.cline/data/settings/cline_mcp_settings.json"),
-    "continue": client("yaml", continue_entry,
-                       "~/.continue/config.yaml, or a block file in the project's "
-                       ".continue/mcpServers/"),
-    "amp": client("json", servers_entry("amp.mcpServers"),
-                  "(workspace, then `amp mcp approve memprove`) or in "
-                  "~/.config/amp/settings.json (user)", project_file=(".amp", "settings.json")),
-    "cursor": client("json", servers_entry("mcpServers", stdio_type=True),
-                     "(project) or in ~/.cursor/mcp.json (user)",
-                     project_file=(".cursor", "mcp.json"), env=workspace_folder),
-    "vscode": client("json", servers_entry("servers", stdio_type=True),
-                     "(workspace) or in your profile's mcp.json (user)",
-                     project_file=(".vscode", "mcp.json"), env=workspace_folder),
-    "windsurf": client("json", servers_entry("mcpServers"), "~/.codeium/windsurf/mcp_config.json"),
-    "zed": client("json", servers_entry("context_servers"),
-                  "(project) or in Zed's settings.json (user)",
-                  project_file=(".zed", "settings.json")),
-    "goose": client("yaml", goose_entry, "~/.config/goose/config.yaml"),
+    "claude-code": client(
+        "json", servers_entry("mcpServers", stdio_type=True),
+        "(project scope) or in ~/.claude.json (local or user scope)",
+        project_file=(".mcp.json",),
+        user_files=(("~", (".claude.json",), ("projects", "<root>")), HOME_CLAUDE)),
+    "codex": client(
+        "toml", codex_entry, "~/.codex/config.toml (or $CODEX_HOME/config.toml)",
+        user_files=(("codex", ("config.toml",), ()),)),
+    "gemini": client(
+        "json", servers_entry("mcpServers"),
+        "(project) or in ~/.gemini/settings.json (user); Gemini starts it only "
+        "in a trusted folder", project_file=(".gemini", "settings.json"),
+        env=token_file_reference,
+        user_files=(("~", (".gemini", "settings.json"), ()),)),
+    "opencode": client(
+        "json", opencode_entry, "(project) or in ~/.config/opencode/opencode.json (user)",
+        project_file=("opencode.json",),
+        user_files=(("~", (".config", "opencode", "opencode.json"), ()),)),
+    "cline": client(
+        "json", servers_entry("mcpServers", stdio_type=True, trailing=(("disabled", False),)),
+        "~/.cline/data/settings/cline_mcp_settings.json",
+        user_files=(("~", (".cline", "data", "settings", "cline_mcp_settings.json"), ()),)),
+    "continue": client(
+        "yaml", continue_entry,
+        "~/.continue/config.yaml, or a block file in the project's .continue/mcpServers/",
+        user_files=(("root", (".continue", "mcpServers"), ()),
+                    ("~", (".continue", "config.yaml"), ()))),
+    "amp": client(
+        "json", servers_entry("amp.mcpServers"),
+        "(workspace, then `amp mcp approve memprove`) or in ~/.config/amp/settings.json (user)",
+        project_file=(".amp", "settings.json"),
+        user_files=(("~", (".config", "amp", "settings.json"), ()),)),
+    "cursor": client(
+        "json", servers_entry("mcpServers", stdio_type=True),
+        "(project) or in ~/.cursor/mcp.json (user)",
+        project_file=(".cursor", "mcp.json"), env=workspace_folder,
+        user_files=(("~", (".cursor", "mcp.json"), ()),)),
+    "vscode": client(
+        "json", servers_entry("servers", stdio_type=True),
+        "(workspace) or in your profile's mcp.json (user)",
+        project_file=(".vscode", "mcp.json"), env=workspace_folder,
+        user_files=(("~", (".config", "Code", "User", "mcp.json"), ()),)),
+    "windsurf": client(
+        "json", servers_entry("mcpServers"), "~/.codeium/windsurf/mcp_config.json",
+        user_files=(("~", (".codeium", "windsurf", "mcp_config.json"), ()),)),
+    "zed": client(
+        "json", servers_entry("context_servers"), "(project) or in Zed's settings.json (user)",
+        project_file=(".zed", "settings.json"),
+        user_files=(("~", (".config", "zed", "settings.json"), ()),)),
+    "goose": client(
+        "yaml", goose_entry, "~/.config/goose/config.yaml",
+        user_files=(("~", (".config", "goose", "config.yaml"), ()),)),
 }
 CLIENT_NAMES = tuple(CLIENTS)          # the order of spec/clients.md (dicts keep it)
 
@@ -465,8 +491,17 @@ def client_entry(name, command, args, config_dir, environ, workspace=None, root=
     text = WRITERS[row["format"]](document)
     place = row["where"]
     if row["project_file"]:
-        place = "%s %s" % (os.path.join(root or "<project>", *row["project_file"]), place)
+        place = "%s %s" % (shown_path(os.path.join(root or "<project>", *row["project_file"])),
+                           place)
     return text, "memprove-mcp: put this entry in %s.\n" % place
+
+
+def shown_path(path):
+    """A path on one line: one holding a control character or a line break
+    (U+2028, U+2029 too) is shown JSON-quoted."""
+    if any(char < " " or "\x7f" <= char <= "\x9f" or char in "\u2028\u2029" for char in path):
+        return dump_json(path)
+    return path
 
 
 # -- the three file formats ----------------------------------------------------
@@ -3331,20 +3366,6 @@ NEWEST_TESTED = (3, 15)              # the newest Python this release was tested
 # entry's own).  A base of "root" is the Workspace root, "~" the home
 # directory, "codex" $CODEX_HOME (else ~/.codex); "<root>" in the keys stands
 # for the Workspace root, as in ~/.claude.json's `projects`.
-CLIENT_FILES = {
-    "claude-code": [("~", (".claude.json",), ("projects", "<root>")), ("~", (".claude.json",), ())],
-    "codex": [("codex", ("config.toml",), ())],
-    "gemini": [("~", (".gemini", "settings.json"), ())],
-    "opencode": [("~", (".config", "opencode", "opencode.json"), ())],
-    "cline": [("~", (".cline", "data", "settings", "cline_mcp_settings.json"), ())],
-    "continue": [("root", (".continue", "mcpServers"), ()), ("~", (".continue", "config.yaml"), ())],
-    "amp": [("~", (".config", "amp", "settings.json"), ())],
-    "cursor": [("~", (".cursor", "mcp.json"), ())],
-    "vscode": [("~", (".config", "Code", "User", "mcp.json"), ())],
-    "windsurf": [("~", (".codeium", "windsurf", "mcp_config.json"), ())],
-    "zed": [("~", (".config", "zed", "settings.json"), ())],
-    "goose": [("~", (".config", "goose", "config.yaml"), ())],
-}
 MAX_CLIENT_FILE = 64 * 1024 * 1024   # ~/.claude.json keeps history and grows large
 
 # A value that only names a variable, which the client expands when it starts
@@ -3649,9 +3670,9 @@ def find_client_entry(name, found):
 
 
 def client_places(name):
-    """The project file of the client's row in CLIENTS, then CLIENT_FILES."""
+    """The project file of the client's row in CLIENTS, then its user files."""
     project = CLIENTS[name]["project_file"]
-    return ([("root", project, ())] if project else []) + CLIENT_FILES[name]
+    return ([("root", project, ())] if project else []) + list(CLIENTS[name]["user_files"])
 
 
 def entry_keys(name):

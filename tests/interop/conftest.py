@@ -38,6 +38,18 @@ NPM_CLIENTS = {
     "ts-sdk-v2": ("@modelcontextprotocol/client", "2.4.0"),
     "inspector": ("@modelcontextprotocol/inspector", "2.12.0"),
     "claude-code": ("@anthropic-ai/claude-code", "2.1.332"),
+    # The agent clients of spec/clients.md (research/clients.md tried these builds).
+    "codex": ("@openai/codex", "0.171.0"),
+    "gemini": ("@google/gemini-cli", "0.61.0"),
+    "opencode": ("opencode-ai", "1.18.33"),
+    "cline": ("cline", "3.0.65"),
+    "continue": ("@continuedev/cli", "1.5.47"),
+    "amp": ("@ampcode/cli", "0.0.1790142911-g7618fb"),
+}
+# Install scripts npm does not run by itself, run by hand with node after `npm install`
+# (relative to the package's folder): Amp's binary is put in place by its postinstall.
+NPM_POSTINSTALL = {
+    "amp": ["install.cjs"],
 }
 INSTALL_TIMEOUT = 900
 
@@ -182,6 +194,8 @@ def install_npm_client(config, client):
             "description": "installed by tests/interop of memprove-mcp",
             "dependencies": {package: version}}, indent=2))
         _run_install([npm, "install", "--no-audit", "--no-fund"], folder, _npm_env(), log)
+        for script in NPM_POSTINSTALL.get(client, ()):
+            _run_install([node, script], folder / "node_modules" / package, _npm_env(), log)
         meta = folder / "node_modules" / package / "package.json"
         if not meta.exists() or json.loads(meta.read_text()).get("version") != version:
             raise InstallFailed("%s@%s is not in node_modules after npm install" % (
@@ -191,9 +205,11 @@ def install_npm_client(config, client):
         skip_loudly(config, client, "%s@%s: not tried, the npm registry was unreachable for %s" % (
             package, version, _NPM_UNREACHABLE[0]))
     try:
-        return cached_install(client, {"package": package, "version": version,
-                                       "platform": sys.platform, "machine": platform.machine()},
-                              install)
+        key = {"package": package, "version": version,
+               "platform": sys.platform, "machine": platform.machine()}
+        if client in NPM_POSTINSTALL:
+            key["postinstall"] = NPM_POSTINSTALL[client]
+        return cached_install(client, key, install)
     except InstallFailed as error:
         if error.network:
             _NPM_UNREACHABLE.append(client)
@@ -267,6 +283,13 @@ def claude_code(request):
     return install_npm_client(request.config, "claude-code")
 
 
+@pytest.fixture(scope="session")
+def agent_client(request):
+    """agent_client(name) -> the node project folder of that pinned agent client (NPM_CLIENTS),
+    installed on first use."""
+    return lambda name: install_npm_client(request.config, name)
+
+
 # -- one test's world --------------------------------------------------------------------
 
 @pytest.fixture
@@ -286,3 +309,47 @@ def wire_log(tmp_path):
     path = tmp_path / "wire"
     path.mkdir()
     return path
+
+
+# -- Claude Code ------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def loopback_only(request):
+    """argv prefix that runs a command in a new network namespace with only `lo` (up), or
+    [] where namespaces cannot be made here (then the switches in support.QUIET are all
+    there is)."""
+    unshare = shutil.which("unshare")
+    script = 'ip link set lo up 2>/dev/null; exec "$@"'
+    for flags in (["-n"], ["-rn"]):
+        if not unshare:
+            break
+        prefix = [unshare] + flags + ["sh", "-c", script, "sh"]
+        try:
+            done = subprocess.run(prefix + ["cat", "/proc/net/dev"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        interfaces = [line.split(b":")[0].strip() for line in done.stdout.splitlines()[2:]]
+        if done.returncode == 0 and interfaces == [b"lo"]:
+            return prefix
+    reporter = request.config.pluginmanager.getplugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("INTEROP: no network namespace here (unshare -n failed); Claude Code "
+                            "runs with its updater, telemetry and error reporting off",
+                            yellow=True, bold=True)
+    return []
+
+
+@pytest.fixture
+def claude(claude_code, loopback_only, config, daemon, tmp_path):
+    """`claude` (support.Claude) for a fresh project Workspace, its HOME pointing at the
+    test's daemon, inside the loopback-only namespace where one can be made."""
+    from conftest import make_workspace
+    from interop.support import Claude
+    project = make_workspace(tmp_path / "project")
+    made = Claude(project, tmp_path / "claude-home", claude_code / "node_modules" / ".bin",
+                  loopback_only, config)
+    code, out, err = made.run("--version")
+    version = NPM_CLIENTS["claude-code"][1]
+    assert code == 0 and out.startswith(version + " (Claude Code)"), (code, out, err)
+    return made

@@ -10,10 +10,13 @@ well-formed line per message received, each request was served in the era protoc
 assigns it, and the token appears nowhere.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 TEE = HERE / "mcp_tee.py"
 CLIENTS = HERE / "clients"
 LEGACY_VERSIONS = ("2025-11-25", "2025-06-18")
+OLDER_VERSIONS = ("2025-03-26", "2024-11-05")   # spec/clients.md: answered with themselves
 LEGACY_ONLY_FIELDS = ("resultType", "ttlMs", "cacheScope")
 PROBE_ID = "server-discover-probe-1"      # the TypeScript-based clients' server/discover id
 RUN_COMMAND = "pytest -q tests/test_upload.py"
@@ -208,6 +212,8 @@ def check_connection(conn, secrets=(), server_version=None):
             raise AssertionError("standard output is not pure: %s%s" % (error, context))
     sent = conn.sent()
     requests = [m for m in sent if "method" in m and "id" in m]
+    # The server's own request (roots/list, checked by check_stdout_line) is not an answer.
+    answers = [answer for answer in answers if "method" not in answer]
     # Every response answers a request of this connection, with the id's JSON type.
     for answer in answers:
         assert "id" in answer, "a response without id: %r%s" % (answer, context)
@@ -240,7 +246,8 @@ def check_connection(conn, secrets=(), server_version=None):
         if "method" in message and "id" in message:
             continue
         outcome = "notification" if "method" in message else "response"
-        match = [r for r in unused if r["outcome"] == outcome and r["id"] == "-"]
+        logged_id = log_text(message["id"]) if "id" in message else "-"
+        match = [r for r in unused if r["outcome"] == outcome and r["id"] == logged_id]
         assert match, "no log line for %r%s" % (message, context)
         unused.remove(match[0])
     # Each request: one answer with its id, one log line, served in the era it belongs to.
@@ -289,7 +296,7 @@ def check_connection(conn, secrets=(), server_version=None):
                 assert isinstance(result.get("instructions"), str), answer
         if message["method"] == "initialize" and "result" in answer:
             offered = message["params"]["protocolVersion"]
-            want = offered if offered in LEGACY_VERSIONS else "2025-11-25"
+            want = offered if offered in LEGACY_VERSIONS + OLDER_VERSIONS else "2025-11-25"
             result = answer["result"]
             assert result["protocolVersion"] == want, answer
             assert result.get("capabilities") == {"tools": {}}, answer
@@ -358,15 +365,25 @@ def recorder(daemon, config, workspace):
     return on_hook
 
 
+SIZE_HINT = ("anthropic/maxResultSizeChars", 200000)     # tools.md: on pack and claims
+
+
 def check_tool_listing(tools):
-    """The ten tools, in order, each with the fields protocol.md names; name -> tool."""
+    """The ten tools, in order, each with the fields protocol.md names: an outputSchema for
+    every tool but `pack` (whose text the model must read), and Claude Code's result-size
+    hint in `_meta` on `pack` and `claims` alone; name -> tool."""
     names = [tool["name"] for tool in tools]
     assert names == list(EXPECTED_TOOLS), names
     for tool in tools:
-        for key in ("title", "description", "inputSchema", "outputSchema", "annotations"):
+        for key in ("title", "description", "inputSchema", "annotations"):
             assert key in tool, (tool["name"], key)
         assert tool["inputSchema"].get("type") == "object", tool["name"]
-        assert tool["outputSchema"].get("type") == "object", tool["name"]
+        if tool["name"] == "pack":
+            assert "outputSchema" not in tool, tool
+        else:
+            assert tool["outputSchema"].get("type") == "object", tool["name"]
+        hint = (tool.get("_meta") or {}).get(SIZE_HINT[0])
+        assert hint == (SIZE_HINT[1] if tool["name"] in ("pack", "claims") else None), tool
     return {tool["name"]: tool for tool in tools}
 
 
@@ -499,16 +516,37 @@ class Claude:
                         HOME=str(home), LANG="C.UTF-8")
         self.project_dir = project_dir
 
-    def run(self, *args, cwd=None, shell=None, timeout=120, env=None):
+    def run(self, *args, cwd=None, shell=None, timeout=120, env=None, via=()):
         """(exit code, stdout, stderr) of `claude args...` (or of `sh -c shell`); env: more
-        variables, over this HOME's."""
+        variables, over this HOME's; via: argv put before the command (see `reaching`)."""
         argv = ["sh", "-c", shell] if shell else [str(self.bin_dir / "claude")] + list(args)
-        done = subprocess.run(self.prefix + argv, cwd=str(cwd or self.project_dir),
+        done = subprocess.run(self.prefix + list(via) + argv, cwd=str(cwd or self.project_dir),
                               env=dict(self.env, **(env or {})),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, timeout=timeout)
         out = done.stdout.decode("utf-8", "replace")
         return done.returncode, out, done.stderr.decode("utf-8", "replace")
+
+    @contextlib.contextmanager
+    def reaching(self, *ports):
+        """Inside the loopback-only namespace, 127.0.0.1:<port> reaches the outer
+        127.0.0.1:<port> for each of `ports` (loopback_bridge.py, through Unix sockets);
+        yields the `via` argv for run().  Without a namespace there is nothing to bridge."""
+        if not self.prefix:
+            yield []
+            return
+        from interop.loopback_bridge import UnixToTcp
+        folder = tempfile.mkdtemp(prefix="mp-bridge-")     # short: a socket path is ~100 bytes
+        relays = []
+        try:
+            for port in ports:
+                relays.append(UnixToTcp(os.path.join(folder, "%d.sock" % port), port))
+            yield [sys.executable, str(HERE / "loopback_bridge.py")] + [
+                "%d=%s" % (relay.port, relay.path) for relay in relays] + ["--"]
+        finally:
+            for relay in relays:
+                relay.close()
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def print_config(pyz, home, cwd):

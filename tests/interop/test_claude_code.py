@@ -14,98 +14,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
-import pytest
-
 from conftest import REPO, make_workspace
-from interop.conftest import NPM_CLIENTS
 from interop.support import (
-    MODERN_VERSION, PROBE_ID, TEE, check_tool_listing, connections, transcripts)
+    MODERN_VERSION, PROBE_ID, TEE, check_tool_listing, connections, print_config, transcripts)
 
 CONNECTED_LIST = re.compile(r"^memprove: .* - \u2714 Connected$", re.M)
 CONNECTED_GET = "Status: \u2714 Connected"
-QUIET = {"DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1",
-         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "MCP_TIMEOUT": "30000"}
-
-
-@pytest.fixture(scope="session")
-def loopback_only(request):
-    """argv prefix that runs a command in a new network namespace with only `lo` (up), or
-    [] where namespaces cannot be made here (then the switches in QUIET are all there is)."""
-    unshare = shutil.which("unshare")
-    script = 'ip link set lo up 2>/dev/null; exec "$@"'
-    for flags in (["-n"], ["-rn"]):
-        if not unshare:
-            break
-        prefix = [unshare] + flags + ["sh", "-c", script, "sh"]
-        try:
-            done = subprocess.run(prefix + ["cat", "/proc/net/dev"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        interfaces = [line.split(b":")[0].strip() for line in done.stdout.splitlines()[2:]]
-        if done.returncode == 0 and interfaces == [b"lo"]:
-            return prefix
-    reporter = request.config.pluginmanager.getplugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("INTEROP: no network namespace here (unshare -n failed); Claude Code "
-                            "runs with its updater, telemetry and error reporting off",
-                            yellow=True, bold=True)
-    return []
-
-
-class Claude:
-    """`claude` with a throwaway HOME that approves project .mcp.json servers, and a
-    memprove configuration directory in that HOME that points at the test's daemon."""
-
-    def __init__(self, project_dir, home, bin_dir, prefix, config):
-        self.home = home
-        self.bin_dir = bin_dir
-        self.prefix = prefix
-        (home / ".claude").mkdir(parents=True)
-        (home / ".claude" / "settings.json").write_text(
-            json.dumps({"enableAllProjectMcpServers": True}))
-        self.config_dir = home / ".config" / "memprove"
-        self.config_dir.mkdir(parents=True)
-        (self.config_dir / "data-dir").write_text(str(config.data_dir) + "\n")
-        token_file = self.config_dir / "token"
-        fd = os.open(str(token_file), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(config.token + "\n")
-        self.env = dict(QUIET, PATH=str(bin_dir) + os.pathsep + os.environ.get("PATH", os.defpath),
-                        HOME=str(home), LANG="C.UTF-8")
-        self.project_dir = project_dir
-
-    def run(self, *args, cwd=None, shell=None, timeout=120):
-        argv = ["sh", "-c", shell] if shell else [str(self.bin_dir / "claude")] + list(args)
-        done = subprocess.run(self.prefix + argv, cwd=str(cwd or self.project_dir), env=self.env,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=timeout)
-        out = done.stdout.decode("utf-8", "replace")
-        return done.returncode, out, done.stderr.decode("utf-8", "replace")
-
-
-def print_config(pyz, home, cwd):
-    """`mcp print-config` as a user runs it: its standard output, and where it says to put it."""
-    done = subprocess.run([sys.executable, str(pyz), "mcp", "print-config"], cwd=str(cwd),
-                          env={"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home),
-                               "LANG": "C.UTF-8"},
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout, done.stderr.decode()
-
-
-@pytest.fixture
-def claude(claude_code, loopback_only, config, daemon, tmp_path):
-    project = make_workspace(tmp_path / "project")
-    made = Claude(project, tmp_path / "claude-home", claude_code / "node_modules" / ".bin",
-                  loopback_only, config)
-    code, out, err = made.run("--version")
-    version = NPM_CLIENTS["claude-code"][1]
-    assert code == 0 and out.startswith(version + " (Claude Code)"), (code, out, err)
-    return made
 
 
 def assert_connected(claude, cwd=None, conns_dir=None):

@@ -528,19 +528,35 @@ TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n",
                 "\f": "\\f", "\r": "\\r"}
 
 
-def toml_string(value):
-    """A TOML basic string.  TOML forbids control characters (but tab) raw;
-    C1 controls are escaped too so that a terminal shows what is there."""
+def quoted(value, escapes, also=""):
+    """A double-quoted TOML or YAML string: `escapes` gives the short escapes;
+    every other control character (and those in `also`) becomes \\uXXXX, valid
+    in both; the rest, astral characters included, is written as itself."""
     reject_surrogates(value)
     out = []
     for char in value:
-        if char in TOML_ESCAPES:
-            out.append(TOML_ESCAPES[char])
-        elif char < " " or "\x7f" <= char <= "\x9f":
+        if char in escapes:
+            out.append(escapes[char])
+        elif char < " " or "\x7f" <= char <= "\x9f" or char in also:
             out.append("\\u%04X" % ord(char))
         else:
             out.append(char)
     return '"' + "".join(out) + '"'
+
+
+def scalar_text(value, string):
+    """A boolean, an integer or (through `string`) a string, as TOML and YAML write them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return string(value)
+
+
+def toml_string(value):
+    # TOML forbids control characters (but tab) raw; C1 controls are escaped
+    # too, so that a terminal shows what is there.
+    return quoted(value, TOML_ESCAPES)
 
 
 def toml_key(key):
@@ -551,13 +567,9 @@ TOML_BARE_KEY = Pattern(r"[A-Za-z0-9_-]+\Z")
 
 
 def toml_value(value):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    return toml_string(value)
+    return scalar_text(value, toml_string)
 
 
 def toml_text(document, path=()):
@@ -584,22 +596,9 @@ YAML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\0": "\\0", "\a": "\\a", "\b": "\\b",
 
 
 def yaml_string(value):
-    """A YAML double-quoted scalar.  Characters YAML does not allow raw (C0 and
-    C1 controls, DEL, the BOM, U+FFFE/U+FFFF) and line breaks (NEL, U+2028,
-    U+2029, which a parser would fold) are escaped; the rest, astral
-    characters included, is written as itself."""
-    reject_surrogates(value)
-    out = []
-    for char in value:
-        if char in YAML_ESCAPES:
-            out.append(YAML_ESCAPES[char])
-        elif char < " " or "\x7f" <= char <= "\x9f":
-            out.append("\\x%02X" % ord(char))
-        elif char in "\ufeff\ufffe\uffff":
-            out.append("\\u%04X" % ord(char))
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
+    # YAML allows neither controls nor the BOM and U+FFFE/U+FFFF raw, and a
+    # parser would fold NEL, U+2028 and U+2029: all are escaped.
+    return quoted(value, YAML_ESCAPES, "\ufeff\ufffe\uffff")
 
 
 def yaml_key(key):
@@ -610,11 +609,7 @@ YAML_PLAIN_KEY = Pattern(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
 def yaml_scalar(value):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    return yaml_string(value)
+    return scalar_text(value, yaml_string)
 
 
 def yaml_lines(value, indent):

@@ -103,6 +103,7 @@ PROBLEMS = {
     "daemon_timeout": "The memprove daemon did not answer in time; a write may have been made, so look before repeating it.",
     "daemon_error": "The memprove daemon failed without a Problem.",
     "context_unreadable": "The Workspace's context file cannot be read; `begin` starts a fresh one.",
+    "workspace_unusable": "The Workspace directory does not exist or its path cannot be used.",
     "no_task": "The context names no Task; call `begin`, or pass `task` where the tool takes one.",
     "no_session": "The context names no open Session; call `begin` first.",
     "task_not_found": "No Task of this Workspace has that number.",
@@ -1577,7 +1578,7 @@ def tool_context(call, args):
     else:
         result["session"] = None
     result["agent"] = call.agent(context)
-    runs = [run for run in call.runs() if task and run.get("task_id") == task["id"]]
+    runs = [run for run in call.runs() if run.get("task_id") == task["id"]] if task else []
     runs = sorted(enumerate(runs), key=lambda pair: (str(pair[1].get("finished_at") or ""), pair[0]),
                   reverse=True)
     result["runs"] = [{"label": run.get("label"), "passed": run.get("passed") is True,

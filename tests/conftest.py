@@ -47,7 +47,8 @@ EXPECTED_TOOLS = READ_TOOLS + WRITE_TOOLS
 
 PROBLEM_CODES = frozenset("""
 invalid_params token_missing token_malformed data_dir_missing daemon_unavailable
-daemon_address_refused daemon_timeout daemon_error context_unreadable no_task no_session
+daemon_address_refused daemon_timeout daemon_error context_unreadable workspace_unusable
+no_task no_session
 task_not_found session_not_found run_label_unknown no_passed_runs runs_failing
 internal_error unauthenticated token_revoked scope_missing role_forbidden not_found
 claim_not_found claim_not_active session_not_open invalid_transition evidence_invalid
@@ -62,7 +63,13 @@ LOG_LINE = re.compile(
     r"tool=(?P<tool>[a-z_]+|\?|-) (?P<outcome>[a-z][a-z0-9_]*|-?[0-9]+) (?P<ms>[0-9]+)ms"
     r"(?P<warning> warning=token_file_too_open)?\Z")
 
-PYTHON_VERSIONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13")
+# The ids of the server's roots/list requests (clients.md), n counting from 1.
+ROOTS_REQUEST_ID = re.compile(r"memprove-roots-[1-9][0-9]*\Z")
+
+# Every CPython the server runs on (contract.md section 5).  pyenv provides
+# 3.6-3.13; tests/pythons.sh provides 3.14 and 3.15 (Debian unstable in a chroot).
+PYTHON_VERSIONS = ("3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
+PYTHONS_SCRIPT = "tests/pythons.sh"
 
 
 # ---------------------------------------------------------------------------
@@ -71,11 +78,17 @@ PYTHON_VERSIONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13")
 
 @pytest.fixture(scope="session")
 def pyz(tmp_path_factory):
-    """Build the .pyz once per session with build_zipapp.py; return its path."""
+    """Build the .pyz once per session with build_zipapp.py; return its path.
+    Besides what the build finds itself (pyenv, PATH), it compiles bytecode with
+    every interpreter find_python finds, the chroot wrappers included."""
     out = tmp_path_factory.mktemp("pyz") / "memprove_mcp.pyz"
-    done = subprocess.run([sys.executable, str(REPO / "build_zipapp.py"), "--output", str(out)],
-                          cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          timeout=120)
+    pythons = []
+    for minor in PYTHON_VERSIONS:
+        if find_python(minor):
+            pythons += ["--python", find_python(minor)]
+    done = subprocess.run([sys.executable, str(REPO / "build_zipapp.py"), "--output", str(out)]
+                          + pythons, cwd=str(REPO), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=300)
     assert done.returncode == 0, "build_zipapp.py failed: %r" % (done.stderr,)
     assert out.is_file()
     return out
@@ -99,12 +112,12 @@ def _version_key(path):
     return tuple(int(part) if part.isdigit() else -1 for part in re.split(r"[.]", name))
 
 
-def _real_interpreter(candidate, minor):
+def _real_interpreter(candidate, minor, cwd=None):
     """The interpreter's own sys.executable if it runs and is `minor`, else None."""
     try:
         done = subprocess.run(
             [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.executable)"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60, cwd=cwd)
     except (OSError, subprocess.SubprocessError):
         return None
     lines = done.stdout.decode("utf-8", "replace").splitlines()
@@ -116,9 +129,19 @@ def _real_interpreter(candidate, minor):
 _FOUND = {}
 
 
+def pythons_bin():
+    """Where tests/pythons.sh puts its wrappers: $MEMPROVE_TEST_PYTHONS_BIN, else
+    ${XDG_CACHE_HOME:-~/.cache}/memprove-mcp-pythons/bin."""
+    if os.environ.get("MEMPROVE_TEST_PYTHONS_BIN"):
+        return Path(os.environ["MEMPROVE_TEST_PYTHONS_BIN"])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(cache) / "memprove-mcp-pythons" / "bin"
+
+
 def find_python(minor):
-    """Absolute path of a Python `minor` ("3.8"...): pyenv's newest patch release
-    of it, else `python3.X` on PATH; None when there is none."""
+    """A path that runs Python `minor` ("3.6"...): pyenv's newest patch release
+    of it, else `python3.X` on PATH, else tests/pythons.sh's chroot wrapper
+    (which sees only the files under /tmp); None when there is none."""
     if minor not in _FOUND:
         found = None
         pattern = os.path.join(_pyenv_root(), "versions", minor + ".*", "bin", "python" + minor)
@@ -129,23 +152,67 @@ def find_python(minor):
                     break
         if not found:
             on_path = shutil.which("python" + minor)
-            if on_path:
+            if on_path and "shims" not in Path(on_path).parts:
                 found = _real_interpreter(on_path, minor)
+        if not found:
+            wrapper = pythons_bin() / ("python" + minor)
+            # Its sys.executable is a path inside the chroot: keep the wrapper's.
+            if wrapper.is_file() and _real_interpreter(str(wrapper), minor, cwd="/tmp"):
+                found = str(wrapper)
         _FOUND[minor] = found
     return _FOUND[minor]
+
+
+def how_to_get(minor):
+    """The command that provides Python `minor` for the tests."""
+    if tuple(map(int, minor.split("."))) >= (3, 14):
+        return "sudo %s (Debian unstable's python%s in a chroot)" % (PYTHONS_SCRIPT, minor)
+    return "pyenv install %s" % minor
+
+
+def require_python(minor):
+    """find_python(minor), else skip naming the command that gets it (fail under CI=true)."""
+    path = find_python(minor)
+    if path is None:
+        reason = "Python %s is not installed; get it with: %s" % (minor, how_to_get(minor))
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + " (CI=true requires every Python %s to %s)"
+                        % (PYTHON_VERSIONS[0], PYTHON_VERSIONS[-1]))
+        pytest.skip(reason)
+    return path
+
+
+def default_server_python():
+    """The interpreter a server runs under unless a test names one: sys.executable,
+    or Python X.Y when MEMPROVE_TEST_SERVER_PYTHON=X.Y (a path is taken as is), so
+    that the end-to-end suite can be run with the server under each Python."""
+    wanted = os.environ.get("MEMPROVE_TEST_SERVER_PYTHON")
+    if not wanted:
+        return sys.executable
+    if re.match(r"3\.[0-9]+\Z", wanted):
+        return require_python(wanted)
+    return wanted
+
+
+def pytest_collection_modifyitems(config, items):
+    """With MEMPROVE_TEST_SERVER_PYTHON set, run only the tests whose servers it
+    changes: those that start theirs through `start_server` and do not already
+    run under each Python through `server_python`."""
+    if not os.environ.get("MEMPROVE_TEST_SERVER_PYTHON"):
+        return
+    keep, drop = [], []
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        (keep if "start_server" in names and "server_python" not in names else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(params=PYTHON_VERSIONS, ids=["py" + v for v in PYTHON_VERSIONS])
 def server_python(request):
     """Each supported interpreter in turn; absent: skipped, or failed under CI=true."""
-    path = find_python(request.param)
-    if path is None:
-        reason = "Python %s is not installed (pyenv or python%s on PATH)" % (
-            request.param, request.param)
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return path
+    return require_python(request.param)
 
 
 @pytest.fixture
@@ -385,7 +452,12 @@ def check_stdout_line(raw):
     message = strict_json(body)
     assert isinstance(message, dict), text[:200]
     assert message.get("jsonrpc") == "2.0", text[:200]
-    assert "method" not in message, "the server sent a request or notification: %r" % text[:200]
+    if "method" in message:
+        # The one request the server ever sends (clients.md): roots/list, exactly.
+        assert set(message) == {"jsonrpc", "id", "method"} and message["method"] == "roots/list" \
+            and isinstance(message["id"], str) and ROOTS_REQUEST_ID.match(message["id"]), \
+            "the server sent a request or notification: %r" % text[:200]
+        return message
     assert ("result" in message) != ("error" in message), text[:200]
     if "id" in message:
         assert isinstance(message["id"], (str, int)) and not isinstance(message["id"], bool)
@@ -474,14 +546,26 @@ class Server:
 
     def response(self, request_id, timeout=SAFETY_TIMEOUT):
         """The response whose id is request_id (same JSON type); others are kept."""
+        return self._claim(lambda message: same_id(message, request_id) and "method" not in message,
+                           timeout)
+
+    def server_request(self, timeout=SAFETY_TIMEOUT):
+        """The next request the server sent (roots/list); other messages are kept."""
+        return self._claim(lambda message: "method" in message, timeout)
+
+    def _claim(self, wanted, timeout):
         for index, message in enumerate(self._stash):
-            if same_id(message, request_id):
+            if wanted(message):
                 return self._stash.pop(index)
         while True:
             message = self._pull(timeout)
-            if same_id(message, request_id):
+            if wanted(message):
                 return message
             self._stash.append(message)
+
+    def server_requests(self):
+        """Every request the server sent, from all of standard output (read after close)."""
+        return [message for message in self.messages if "method" in message]
 
     def unclaimed(self):
         """Messages that arrived while waiting for others and were not claimed."""
@@ -541,6 +625,15 @@ class Server:
         message = self.request_message(method, params, id)
         self.send(message)
         return self.response(message["id"])
+
+    def answer(self, request, result=_NONE, error=_NONE):
+        """Respond, as the client, to a request the server sent."""
+        message = {"jsonrpc": "2.0", "id": request["id"]}
+        if result is not _NONE:
+            message["result"] = result
+        if error is not _NONE:
+            message["error"] = error
+        self.send(message)
 
     def notify(self, method, params=_NONE):
         message = {"jsonrpc": "2.0", "method": method}
@@ -637,13 +730,13 @@ class Server:
 def start_server(pyz, make_env, workspace, planted):
     """start_server(python=None, env=None, cwd=None, args=()) -> a running Server.
 
-    python: the interpreter (default sys.executable); env: added to the clean
+    python: the interpreter (default: default_server_python()); env: added to the clean
     environment (a None value removes a key); cwd: default the `workspace`;
     args: after `mcp serve`."""
     servers = []
 
     def start(python=None, env=None, cwd=None, args=()):
-        argv = [python or sys.executable, str(pyz), "mcp", "serve"] + [str(a) for a in args]
+        argv = [python or default_server_python(), str(pyz), "mcp", "serve"] + [str(a) for a in args]
         server = Server(argv, make_env(env), cwd or workspace, planted)
         servers.append(server)
         return server

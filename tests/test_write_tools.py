@@ -40,6 +40,7 @@ SENTENCES = {
     "daemon_error": "The memprove daemon failed without a Problem.",
     "context_unreadable": "The Workspace's context file cannot be read; `begin` starts a fresh "
                           "one.",
+    "workspace_unusable": "The Workspace directory does not exist or its path cannot be used.",
     "no_task": "The context names no Task; call `begin`, or pass `task` where the tool takes one.",
     "no_session": "The context names no open Session; call `begin` first.",
     "task_not_found": "No Task of this Workspace has that number.",

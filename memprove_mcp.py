@@ -1325,7 +1325,8 @@ def prepare_tool_call(fields, client):
     try:
         checked_arguments, problem = validate(tool["inputSchema"], arguments), None
     except Problem as error:
-        checked_arguments, problem = None, error
+        # Its traceback's frames would keep the arguments alive while it waits.
+        checked_arguments, problem = None, error.with_traceback(None)
     return {"call": {"tool": name, "arguments": checked_arguments, "problem": problem,
                      "client": client}}
 

@@ -656,6 +656,17 @@ def summarize(lines):
         "writes_lost": sum(r["writes_lost"] for r in by_test.get("write_faults", []) + by_test.get("daemon_killed", [])),
         "writes_duplicated": sum(r["writes_duplicated"] for r in by_test.get("write_faults", []) + by_test.get("daemon_killed", [])),
     }
+    # Issue 11 (tests/test_no_input.py and the fuzzers of its input classes).
+    for flood in by_test.get("flood_memory", []):
+        summary.update(flood_calls=flood["calls"], flood_call_bytes=flood["call_bytes"],
+                       flood_idle_hwm_kib=flood["idle_hwm_kib"],
+                       flood_peak_hwm_kib=flood["final_hwm_kib"],
+                       flood_bound_kib=flood["bound_kib"],
+                       flood_lines_read_while_full=flood["notifications_read_while_full"])
+    for case in by_test.get("nonblocking_stdout", []):
+        summary.update(nonblocking_answers="%d of %d" % (case["answers"], case["requests"]))
+    summary["workspace_paths_fuzzed"] = sum(r["calls"] for r in by_test.get("workspace_path_fuzz", []))
+    summary["daemon_fields_fuzzed"] = sum(r["calls"] for r in by_test.get("daemon_field_fuzz", []))
     for soak in by_test.get("soak", []):
         summary.update(soak_calls=soak["calls"], soak_rss_growth_kib=soak["rss_growth_kib"],
                        soak_fds_leaked=soak["fds_after"] - soak["fds_before"],

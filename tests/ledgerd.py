@@ -39,7 +39,12 @@ It serves until SIGINT or SIGTERM.  Tests drive it from Python::
     d.inject(fault, op=None, count=1, seconds=None)   # the next `count` requests (count None:
                            #   all) of operation `op` (None: any) get the fault; clear_faults()
     gate = d.hold(op); gate.wait_arrived(timeout=10); gate.release()
+    d.rewrite(op, ("session", "id"), 5, count=1)   # the next `count` 2xx answers of `op`
+                           #   (count None: all) carry that field changed (value REMOVE:
+                           #   deleted; a path the answer lacks: unchanged); what was
+                           #   executed and remembered stays as it was
     d.wait_for_waiters(n, timeout=10)  # n retries have waited for a write in flight
+    d.close_listener()     # new connections refused; requests in progress still run
     d.stop()
 
 Faults.  Not executed (the operation never runs): ``status500`` (500, text/plain),
@@ -49,6 +54,12 @@ connection closed without an answer).  Executed and committed: ``drop_after`` (t
 without an answer), ``truncated`` (the real answer's first half under its full
 Content-Length, then closed), ``delay`` (answered normally after `seconds`).  A write whose
 answer was lost this way is answered in full to a retry with the same Idempotency-Key.
+``rewrite`` changes one field of an answer that is otherwise real (a daemon answering
+values of the wrong type, contract.md section 6 rule 3).
+
+Texts (titles, agent names, claim texts, commands) may hold lone surrogates, as JSON allows
+(contract.md section 6 rule 2): they are kept and answered unchanged (stored as a BLOB of their
+UTF-8 with surrogates passed through, and hashed that way in the ledger).  Ids and paths may not.
 
 ``memprove_run(url, token, workspace_root, session_id, command, exit_code)`` records a Run as
 ``memprove run`` does (recordRun, then a line in ``<root>/.memprove/runs.jsonl``).
@@ -80,6 +91,7 @@ HUGE_LENGTH = 65 * (1 << 20) + 1    # the Content-Length the "huge" fault announ
 REDIRECT_TARGET = "http://203.0.113.1/"
 FAULTS = ("delay", "status500", "garbage", "truncated", "drop_before", "drop_after", "huge",
           "redirect")
+REMOVE = object()                   # d.rewrite(op, path, REMOVE): the field is deleted
 
 ROLE_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,31}\Z")
 TIME_PATTERN = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z")
@@ -122,10 +134,16 @@ def canonical(value):
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def utf8(text):
+    """UTF-8 bytes of a str; a lone surrogate (JSON allows one) passes through as its three
+    bytes, so that a text that has one can still be hashed and stored."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 def entry_hash(entry):
     """SHA-256 (hex) of entry["prev"] followed by the canonical JSON of the entry without hash."""
     fields = {"seq": entry["seq"], "op": entry["op"], "data": entry["data"], "prev": entry["prev"]}
-    return hashlib.sha256((entry["prev"] + canonical(fields)).encode("utf-8")).hexdigest()
+    return hashlib.sha256(utf8(entry["prev"] + canonical(fields))).hexdigest()
 
 
 def utc_now():
@@ -181,8 +199,6 @@ def text(limit):
             raise invalid(where, "must not be empty")
         if len(value) > limit:
             raise invalid(where, "is longer than %d characters" % limit)
-        if SURROGATE.search(value):
-            raise invalid(where, "holds a lone surrogate")
         return value
     return check
 
@@ -328,11 +344,24 @@ RUNS_SQL = """SELECT r.*, s.number AS session_number
     FROM runs r JOIN sessions s ON s.id = r.session_id"""
 
 
+def _stored(value):
+    """A parameter as SQLite keeps it: a str with a lone surrogate becomes a BLOB."""
+    if isinstance(value, str) and SURROGATE.search(value):
+        return utf8(value)
+    return value
+
+
+def _text_row(cursor, values):
+    """sqlite3.Row with every BLOB read back as the str it was stored from."""
+    return sqlite3.Row(cursor, tuple(value.decode("utf-8", "surrogatepass")
+                                     if isinstance(value, bytes) else value for value in values))
+
+
 class Store:
     def __init__(self, path):
         self.lock = threading.Lock()
         self.conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self.conn.row_factory = sqlite3.Row
+        self.conn.row_factory = _text_row
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.executescript(SCHEMA)
 
@@ -342,13 +371,13 @@ class Store:
 
     # -- plumbing --------------------------------------------------------
     def one(self, sql, *args):
-        return self.conn.execute(sql, args).fetchone()
+        return self.conn.execute(sql, tuple(map(_stored, args))).fetchone()
 
     def all(self, sql, *args):
-        return self.conn.execute(sql, args).fetchall()
+        return self.conn.execute(sql, tuple(map(_stored, args))).fetchall()
 
     def run(self, sql, *args):
-        self.conn.execute(sql, args)
+        self.conn.execute(sql, tuple(map(_stored, args)))
 
     def next_number(self, table, column, value):
         row = self.one("SELECT MAX(number) FROM %s WHERE %s = ?" % (table, column), value)
@@ -889,6 +918,9 @@ class LedgerdError(Exception):
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # The default backlog of 5 resets connections when many clients connect at once on a
+    # loaded machine (16 concurrent writers in test_ledgerd did).
+    request_queue_size = 128
     ledgerd = None  # the Daemon this server belongs to
 
     def handle_error(self, request, client_address):
@@ -948,6 +980,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             time.sleep(fault["seconds"])
         status, content_type, payload = daemon._answer(route, ids, self.command, split.path,
                                                        pairs, raw, body, body_problem, headers)
+        if op is not None:
+            payload = daemon._rewritten(op, status, payload)
         if kind == "drop_after":
             return
         entry["status"] = status
@@ -1055,6 +1089,7 @@ class Daemon:
         self._faults = []
         self._gates = {}
         self._capsules = {}
+        self._rewrites = []
         self._flights = {}
         self._flights_lock = threading.Lock()
         self._waiters = 0
@@ -1092,6 +1127,13 @@ class Daemon:
         except OSError:
             pass
         self.store.close()
+
+    def close_listener(self):
+        """Stop listening: a new connection is refused, while requests already in progress
+        (held at a gate, say) still run.  stop() ends the rest."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
 
     def __enter__(self):
         return self.start()
@@ -1170,6 +1212,51 @@ class Daemon:
     def clear_faults(self):
         with self._lock:
             del self._faults[:]
+            del self._rewrites[:]
+
+    def rewrite(self, op, path, value, count=1):
+        """The next `count` 2xx answers of `op` (count None: all) carry `value` at `path` (a
+        tuple of keys and list indexes, e.g. ("capsule", "task", "number")) instead of the
+        real one; REMOVE deletes it.  The operation itself runs as usual."""
+        if op not in OPERATION_IDS:
+            raise ValueError("unknown operation %r" % op)
+        if not path:
+            raise ValueError("rewrite needs a path")
+        with self._lock:
+            self._rewrites.append({"op": op, "path": tuple(path), "value": value,
+                                   "count": count})
+
+    def _take_rewrite(self, op):
+        with self._lock:
+            for rewrite in self._rewrites:
+                if rewrite["op"] == op:
+                    if rewrite["count"] is not None:
+                        rewrite["count"] -= 1
+                        if rewrite["count"] <= 0:
+                            self._rewrites.remove(rewrite)
+                    return rewrite
+        return None
+
+    def _rewritten(self, op, status, payload):
+        """payload with this operation's pending rewrite applied (2xx answers only)."""
+        if not 200 <= status < 300:
+            return payload
+        rewrite = self._take_rewrite(op)
+        if rewrite is None:
+            return payload
+        answer = json.loads(payload.decode("utf-8", "surrogatepass"))
+        place = answer
+        try:
+            for key in rewrite["path"][:-1]:
+                place = place[key]
+            last = rewrite["path"][-1]
+            if rewrite["value"] is REMOVE:
+                del place[last]
+            else:
+                place[last] = rewrite["value"]
+        except (KeyError, IndexError, TypeError):
+            return payload          # this answer has no such field (an empty list, say)
+        return to_json(answer).encode("utf-8")
 
     def hold(self, op):
         """Requests of `op` wait before executing until the returned gate is released."""
@@ -1246,7 +1333,7 @@ class Daemon:
                     raise invalid("Idempotency-Key", "must be sent with every write")
                 request_text = canonical(body) if body is not None else raw.hex()
                 fingerprint = hashlib.sha256(
-                    ("%s %s\n%s" % (method, path, request_text)).encode("utf-8")).hexdigest()
+                    utf8("%s %s\n%s" % (method, path, request_text))).hexdigest()
                 return self._idempotent(key, fingerprint, route, req)
             self._pass_gate(route.op)
             with self._lock:

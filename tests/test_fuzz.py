@@ -15,10 +15,18 @@ invalid per its input schema and tools.md's rules, against the reference daemon
 with a real Task: every call ends in a result or a Problem (never a JSON-RPC
 error, never internal_error); a successful result satisfies the outputSchema; an
 invalid one is `invalid_params`, sends no daemon request and writes no file, and
-its planted string values appear on neither output stream.
+its planted string values appear on neither output stream.  Texts include lone
+surrogates (contract.md §6 rule 2), and before a call the context file may carry an
+unknown key holding some: whatever happens, context.json stays ASCII JSON and keeps the key.
+
+Issue 11's input classes have fuzzers of their own: Workspace roots whose names are
+arbitrary bytes, valid UTF-8 or not (§2: `workspace_unusable` before any daemon operation
+exactly when the name is not UTF-8), and daemon answers with a field of the wrong type
+(§6 rule 3: never internal_error, never a wrong value in a result or in context.json).
 """
 
 import json
+import os
 import random
 import re
 import uuid
@@ -542,7 +550,8 @@ class Texts:
         return marker
 
     def make(self, draw, max_length, min_length):
-        shape = draw(st.sampled_from(["plain", "plain", "blank", "max", "over", "unicode", "empty"]))
+        shape = draw(st.sampled_from(["plain", "plain", "blank", "max", "over", "unicode", "empty",
+                                      "surrogate"]))
         marker = "PLANTED-ARG-%s" % uuid.uuid4().hex[:12]
         if shape == "empty":
             return ""
@@ -557,6 +566,11 @@ class Texts:
         if shape == "unicode":
             self.markers.append(marker)
             return marker + " \u00e9\u4e2d\U0001F600 \u2028x\x00"
+        if shape == "surrogate":
+            # JSON allows a lone surrogate: a client that cuts a string inside an emoji
+            # sends one (contract.md §6 rule 2).  It is a valid text.
+            self.markers.append(marker)
+            return marker + draw(st.sampled_from([" \ud83d", " \ud800 x", " \udfff", "\udc00\ud800"]))
         self.markers.append(marker)
         return marker + " " + draw(st.text(max_size=20)).replace("\n", " ").replace("\r", " ")
 
@@ -584,6 +598,9 @@ def value_for(draw, schema, texts, labels, mode):
             if "pattern" in schema:
                 options += ["r0", "R1", "r01", "r", "1", "r-1", " r1", "Implementer", "1abc",
                             "a" * 33, "a b", "r1 "]
+                if schema["pattern"].startswith("^r"):
+                    # contract.md §6 rule 7: at most 20 characters; no digit string raises.
+                    options += ["r" + "1" * 20, "r" + "9" * 5000]
             if "enum" in schema:
                 options += ["Open", "closed", "open ", ""]
             if schema.get("minLength", 0) >= 1:
@@ -710,6 +727,28 @@ class World:
         code, value = self.call("begin", {"new_task": title})
         assert code == "ok", value
 
+    def poison_context(self, value):
+        """Another tool's key in context.json, holding lone surrogates (as \\u escapes)."""
+        path = self.workspace / ".memprove" / "context.json"
+        try:
+            context = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError):
+            return
+        context["x-fuzz-other-tool"] = value
+        path.write_bytes(json.dumps(context, indent=2).encode("ascii"))
+
+    def check_context(self, poison):
+        """contract.md §6 rule 2: context.json is ASCII JSON, and keeps unknown keys."""
+        path = self.workspace / ".memprove" / "context.json"
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return
+        assert data.isascii(), data[:300]
+        context = json.loads(data.decode("ascii"))
+        if poison is not None:
+            assert context.get("x-fuzz-other-tool") == poison, context
+
     def ensure_session(self):
         try:
             context = self.context()
@@ -740,12 +779,15 @@ def test_tool_fuzz(world, tool, planted, config, workspace):
     tally = {"calls": 0, "valid": 0, "invalid": 0, "open": 0, "ok": 0, "problems": Counter()}
 
     @settings(max_examples=FUZZ_EXAMPLES, **SETTINGS)
-    @given(drawn=tool_arguments(schema, world.labels), era=st.sampled_from(["legacy", "modern"]))
-    def run(drawn, era):
+    @given(drawn=tool_arguments(schema, world.labels), era=st.sampled_from(["legacy", "modern"]),
+           poison=st.sampled_from([None, None, "\ud800", "cut \ud83d", ["\udfff", {"k": "\udc00"}]]))
+    def run(drawn, era, poison):
         args, markers = drawn
         kind = classify(tool, schema, args)
         if tool in ("checkpoint", "decide", "end", "complete"):
             world.ensure_session()
+        if poison is not None:
+            world.poison_context(poison)
         if kind == "invalid":
             planted.update(markers)
         ops_before = len(world.daemon.ops)
@@ -768,6 +810,7 @@ def test_tool_fuzz(world, tool, planted, config, workspace):
             assert snapshot(workspace, config.dir) == files_before, "an invalid call wrote a file"
         elif kind == "valid":
             assert code != "invalid_params", (tool, args, value)
+        world.check_context(poison)
 
     run()
     assert tally["valid"] > 0 and tally["invalid"] > 0, tally
@@ -789,3 +832,198 @@ def test_pattern_rejects_a_trailing_newline(world, tool, args, workspace, config
     ops_before = len(world.daemon.ops)
     code, value = world.call(tool, args)
     assert (code, len(world.daemon.ops)) == ("invalid_params", ops_before), (code, value)
+
+
+# =============================================================================
+# Workspace roots of arbitrary bytes (contract.md §2, issue 11)
+# =============================================================================
+
+PATH_CALLS = [("begin", {"new_task": "Path fuzz"}), ("tasks", {}), ("pack", {}),
+              ("end", {}), ("checkpoint", {"next_action": "Go on."}), ("context", {})]
+
+
+@pytest.fixture
+def linked_server(hserve, config, daemon, tmp_path):
+    """A server whose CLAUDE_PROJECT_DIR is a symlink the test re-points between calls: the
+    server resolves it (§2: paths are resolved), so each call meets another root."""
+    link = tmp_path / "project-link"
+    home = tmp_path / "roots"
+    home.mkdir()
+    first = home / "first"
+    first.mkdir()
+    link.symlink_to(first)
+    server = hserve(config=config, timeout=5, env={"CLAUDE_PROJECT_DIR": str(link)})
+    server.initialize()
+    return server, link, home
+
+
+def _point(link, target):
+    fresh = os.fsencode(str(link)) + b".new"
+    os.symlink(target, fresh)
+    os.rename(fresh, os.fsencode(str(link)))
+
+
+def test_workspace_path_fuzz(linked_server, daemon):
+    """§2: a root whose name is not valid UTF-8 is `workspace_unusable` from every tool that
+    needs the Workspace, before any daemon operation, and `context` says so; a root whose
+    name is valid UTF-8, however odd, is used (never workspace_unusable, never internal_error)."""
+    server, link, home = linked_server
+    serial = [0]
+    tally = Counter()
+
+    @settings(max_examples=max(20, FUZZ_EXAMPLES // 3), **SETTINGS)
+    @given(name=st.binary(min_size=1, max_size=12).filter(
+               lambda b: b"/" not in b and b"\x00" not in b and b not in (b".", b"..")),
+           call=st.sampled_from(PATH_CALLS))
+    def run(name, call):
+        serial[0] += 1
+        root = os.fsencode(str(home)) + b"/%d-" % serial[0] + name
+        os.mkdir(root)
+        os.mkdir(root + b"/.memprove")
+        os.mkdir(root + b"/.git")
+        _point(link, root)
+        try:
+            root.decode("utf-8")
+            usable = True
+        except UnicodeDecodeError:
+            usable = False
+        tool, args = call
+        ops_before = len(daemon.ops)
+        code, value = outcome_of(server.call(tool, args, id="p%d" % serial[0]))
+        assert code != "internal_error", (root, tool, value)
+        tally[(usable, code)] += 1
+        if tool == "context":
+            assert code == "ok", value
+            assert value["workspace"]["problem"] == (None if usable else "workspace_unusable"), value
+        elif usable:
+            assert code != "workspace_unusable", (root, tool, value)
+        else:
+            assert code == "workspace_unusable", (root, tool, value)
+            assert len(daemon.ops) == ops_before, [op["op"] for op in daemon.ops[ops_before:]]
+            assert os.listdir(root + b"/.memprove") == []
+
+    run()
+    assert server.close() == 0
+    report("workspace_path_fuzz", calls=sum(tally.values()),
+           outcomes=dict(("%s %s" % ("utf8" if k[0] else "not-utf8", k[1]), n)
+                         for k, n in tally.items()))
+
+
+# =============================================================================
+# Daemon answers with a field of the wrong type (contract.md §6 rule 3, issue 11)
+# =============================================================================
+
+# (operation, path in its answer) for every field the server may read, with the tool
+# calls that send the operation.
+ANSWER_FIELDS = {
+    "resolveWorkspace": [("workspace",), ("workspace", "id")],
+    "createTask": [("task",), ("task", "id"), ("task", "number"), ("task", "title"),
+                   ("task", "status")],
+    "listTasks": [("tasks",), ("tasks", 0), ("tasks", 0, "id"), ("tasks", 0, "number"),
+                  ("tasks", 0, "title"), ("tasks", 0, "status"), ("tasks", 0, "open_items"),
+                  ("tasks", 0, "sessions_open")],
+    "createSession": [("session",), ("session", "id"), ("session", "number"),
+                      ("session", "agent"), ("session", "agent", "name")],
+    "transitionTask": [("task",), ("task", "id"), ("task", "number"), ("task", "status")],
+    "listSessions": [("sessions",), ("sessions", 0), ("sessions", 0, "id"),
+                     ("sessions", 0, "number"), ("sessions", 0, "state"),
+                     ("sessions", 0, "task_id"), ("sessions", 0, "parent_session_id"),
+                     ("sessions", 0, "parent_number")],
+    "endSession": [("session",), ("session", "state"), ("session", "number")],
+    "getTaskCapsule": [("capsule",), ("capsule", "task"), ("capsule", "task", "id"),
+                       ("capsule", "task", "number"), ("capsule", "task", "title"),
+                       ("capsule", "task", "status"), ("capsule", "claims"),
+                       ("capsule", "claims", 0), ("capsule", "claims", 0, "number"),
+                       ("capsule", "claims", 0, "kind"), ("capsule", "claims", 0, "text"),
+                       ("capsule", "claims", 0, "state"), ("capsule", "claims", 0, "evidence"),
+                       ("capsule", "runs"), ("capsule", "runs", 0), ("capsule", "runs", 0, "id"),
+                       ("capsule", "runs", 0, "label"), ("capsule", "runs", 0, "passed"),
+                       ("capsule", "sessions"), ("capsule", "sessions", 0),
+                       ("capsule", "sessions", 0, "id"), ("capsule", "sessions", 0, "number"),
+                       ("capsule", "sessions", 0, "state"), ("capsule", "ledger")],
+    "createCheckpoint": [("checkpoint",), ("checkpoint", "number"), ("checkpoint", "claims"),
+                         ("checkpoint", "claims", 0), ("checkpoint", "claims", 0, "number"),
+                         ("checkpoint", "claims", 0, "kind")],
+    "proposeDecision": [("decision",), ("decision", "claim"), ("decision", "claim", "number"),
+                        ("decision", "claim", "decision_state")],
+    "verifyLedger": [("ok",), ("entries",), ("head",), ("first_bad",)],
+}
+SENDERS = {
+    "resolveWorkspace": [("begin", {"new_task": "Typed"})],
+    "createTask": [("begin", {"new_task": "Typed"})],
+    "listTasks": [("tasks", {}), ("pack", {"task": 1}), ("begin", {"task": 1})],
+    "createSession": [("begin", {"new_task": "Typed"}), ("begin", {})],
+    "transitionTask": [("begin", {"new_task": "Typed"}), ("complete", {})],
+    "listSessions": [("begin", {}), ("end", {})],
+    "endSession": [("end", {})],
+    "getTaskCapsule": [("pack", {}), ("claims", {"numbers": [1, 2]}),
+                       ("checkpoint", {"next_action": "Typed."}), ("decide", {"decision": "Typed."}),
+                       ("end", {}), ("complete", {})],
+    "createCheckpoint": [("checkpoint", {"facts": [{"text": "Typed fact."}]})],
+    "proposeDecision": [("decide", {"decision": "Typed decision."})],
+    "verifyLedger": [("ledger_verify", {})],
+}
+WRONG_VALUES = [None, True, 0, -1, 1.5, "1", "", "x", [], ["x"], {}, {"a": 1}, 5, 10 ** 30]
+
+
+def _sound_context(path):
+    """contract.md §2's context.json: ids non-empty strings, numbers integers >= 1."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    assert data.isascii(), data[:300]
+    context = json.loads(data.decode("ascii"))
+    assert context["version"] == 1
+    for key in ("task", "session"):
+        record = context.get(key)
+        if record is None:
+            continue
+        assert isinstance(record["id"], str) and record["id"], context
+        assert type(record["number"]) is int and record["number"] >= 1, context
+    parent = (context.get("session") or {}).get("parent")
+    if parent is not None:
+        assert isinstance(parent["id"], str) and type(parent["number"]) is int, context
+
+
+def test_daemon_field_fuzz(world, config, workspace):
+    """§6 rule 3: a daemon answer with one field of the wrong type (valid JSON) never gives
+    internal_error; an ok result still satisfies its output schema; context.json stays sound."""
+    import ledgerd
+    server, daemon = world.server, world.daemon
+    tools = dict((entry["name"], entry) for entry in server.request("tools/list")["result"]["tools"])
+    cases = [(op, path) for op in sorted(ANSWER_FIELDS) for path in ANSWER_FIELDS[op]]
+    tally = Counter()
+
+    @settings(max_examples=FUZZ_EXAMPLES, **SETTINGS)
+    @given(case=st.sampled_from(cases), value=st.sampled_from(WRONG_VALUES + ["REMOVE"]),
+           pick=st.integers(min_value=0, max_value=5))
+    def run(case, value, pick):
+        op, path = case
+        tool, args = SENDERS[op][pick % len(SENDERS[op])]
+        if tool in ("checkpoint", "decide", "end", "complete", "pack", "claims"):
+            world.ensure_session()
+        daemon.rewrite(op, path, ledgerd.REMOVE if value == "REMOVE" else value, count=None)
+        try:
+            code, result = world.call(tool, args)
+        finally:
+            daemon.clear_faults()
+        tally[code] += 1
+        # The world changes from call to call, so a failure is collected rather than
+        # shrunk (a replay would meet another world): every one is listed at the end.
+        try:
+            assert code != "internal_error", result
+            if code == "ok":
+                schema = tools[tool].get("outputSchema")
+                if schema is not None:
+                    assert schema_errors(schema, result) == [], result
+            _sound_context(workspace / ".memprove" / "context.json")
+        except AssertionError as error:
+            failures.append((op, path, value, tool, str(error)[:300]))
+
+    failures = []
+    run()
+    assert failures == [], "%d of %d calls broke §6 rule 3: %r" % (
+        len(failures), sum(tally.values()), failures[:10])
+    assert world.server.close() == 0
+    report("daemon_field_fuzz", calls=sum(tally.values()), outcomes=dict(tally))

@@ -914,6 +914,60 @@ def test_serve_capsule(world):
     problem(call(d, "GET", "/v1/tasks/t-1/capsule"), 404, "not_found")
 
 
+def test_rewrite_changes_one_field_of_real_answers(world):
+    d = world.d
+    d.rewrite("createSession", ("session", "id"), 5)
+    d.rewrite("getTaskCapsule", ("capsule", "task", "number"), ledgerd.REMOVE, count=None)
+    answer = call(d, "POST", "/v1/sessions", {
+        "task_id": world.task["id"], "agent": {"name": "rewritten", "role": "implementer"},
+        "parent_session_id": None})
+    session = ok(answer, 201)["session"]
+    assert session["id"] == 5 and session["agent"]["name"] == "rewritten"
+    stored = call(d, "GET", "/v1/sessions", query={"workspace": world.root}).json["sessions"]
+    assert [s["agent"]["name"] for s in stored] == ["claude-code", "rewritten"]   # executed
+    assert all(isinstance(s["id"], str) for s in stored)
+    second = ok(call(d, "POST", "/v1/sessions", {
+        "task_id": world.task["id"], "agent": {"name": "plain", "role": "implementer"},
+        "parent_session_id": None}), 201)["session"]
+    assert isinstance(second["id"], str)                          # count 1: used up
+    for _ in range(2):
+        assert "number" not in world.capsule()["task"]            # count None: every one
+    problem(call(d, "GET", "/v1/tasks/nope/capsule"), 404, "not_found")   # 2xx only
+    d.clear_faults()
+    assert world.capsule()["task"]["number"] == 1
+    with pytest.raises(ValueError):
+        d.rewrite("explode", ("x",), 1)
+
+
+def test_lone_surrogates_in_texts_are_kept_and_answered_unchanged(world):
+    d = world.d
+    title = "fix \ud800 bug \udfff"
+    raw = ('{"workspace_id":"%s","title":"fix \\ud800 bug \\udfff"}'
+           % world.workspace["id"]).encode("ascii")
+    task = ok(call(d, "POST", "/v1/tasks", raw=raw), 201)["task"]
+    assert task["title"] == title
+    session = world.new_session(task, name="agent \udc80")
+    assert session["agent"]["name"] == "agent \udc80"
+    claim = ok(call(d, "POST", "/v1/sessions/%s/decisions" % session["id"], {
+        "task_id": task["id"], "text": "half \ud83d", "rationale": None, "alternatives": [],
+        "evidence": [], "supersedes": None}), 201)["decision"]["claim"]
+    assert claim["text"] == "half \ud83d"
+    capsule = world.capsule(task)
+    assert capsule["task"]["title"] == title
+    assert capsule["claims"][0]["text"] == "half \ud83d"
+    assert [t["title"] for t in task_titles_raw(world)][-1] == title
+    assert ok(call(d, "POST", "/v1/ledger/verify", {}))["ok"] is True
+    # Ids and paths still may not hold one.
+    problem(call(d, "POST", "/v1/tasks", {"workspace_id": "w\ud800", "title": "x"}), 422,
+            "validation_failed")
+    problem(call(d, "POST", "/v1/workspaces/resolve", {"root": "/tmp/ws\udcff"}), 422,
+            "validation_failed")
+
+
+def task_titles_raw(world):
+    return call(world.d, "GET", "/v1/tasks", query={"workspace": world.root}).json["tasks"]
+
+
 # ---------------------------------------------------------------------------
 # memprove run
 # ---------------------------------------------------------------------------

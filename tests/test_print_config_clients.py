@@ -1,0 +1,557 @@
+"""`mcp print-config --client NAME` (spec/clients.md, "mcp print-config --client NAME";
+tools.md, "The command line"), through the built .pyz.
+
+Every form is parsed with a real parser (json, tomllib, PyYAML), compared with
+the entry the spec's table describes, and checked against the keys each
+client's own documentation gives a stdio server (research/clients.md).  Config
+directories and `--workspace` directories hold the characters that break
+hand-written TOML and YAML.  No token, data directory or value set in the
+environment may appear; the default output is compared with a golden taken from
+print-config before `--client` existed.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import clean_env, find_python, run_cli
+from test_cli import interpreter_executable
+
+# spec/clients.md's table, in its order.
+CLIENTS = ("claude-code", "codex", "gemini", "opencode", "cline", "continue", "amp", "cursor",
+           "vscode", "windsurf", "zed", "goose")
+FORMATS = {"codex": "toml", "continue": "yaml", "goose": "yaml"}
+
+# Codex passes a server only these variables from the user's shell, plus the
+# ones named in `env_vars` (spec/clients.md, the codex row).
+CODEX_ENV_VARS = ["MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR",
+                  "MEMPROVE_WORKSPACE", "MEMPROVE_TIMEOUT", "MEMPROVE_AGENT_NAME",
+                  "MEMPROVE_AGENT_ROLE", "MEMPROVE_PARENT_SESSION", "MEMPROVE_MCP_LOG"]
+
+# Directory names that a naive TOML or YAML writer gets wrong: quotes,
+# backslashes, `#` (a comment), `: ` (a mapping), a leading `- `, `&`/`*`/`!`
+# (anchors, aliases, tags), words YAML 1.1 reads as booleans or null, a tab, C0
+# and C1 controls, DEL, U+2028 (a YAML line break), the BOM, non-ASCII and an
+# astral character (JSON would write it as a surrogate pair, valid in neither).
+NASTY_NAMES = {
+    "plain": "memprove config",
+    "quotes": "it's a \"quoted\" dir",
+    "backslash": "back\\slash\\\\twice\\n not a newline",
+    "hash-colon": "a #comment: and: more # ",
+    "yaml-indicators": "- &anchor *alias !tag %pct @at `tick [x] {y} | > ? ,",
+    "yaml-words": "null",
+    "controls": "tab\there\x01\x1b\x7f\x85\x9f end",
+    "line-breaks-unicode": "sep\u2028para\u2029bom\ufeff",
+    "non-ascii": "caf\u00e9 \u65e5\u672c \u00a0nbsp",
+    "astral": "rocket \U0001F680 \U00010348 \U0010FFFD",
+}
+
+# What each client's documentation accepts in a stdio server entry (the links
+# and findings are in research/clients.md): where the entry sits, the keys it
+# may hold, the ones it must hold, and the name of each part.
+DOCUMENTED = {
+    "claude-code": dict(path=("mcpServers", "memprove"), keys={"type", "command", "args", "env"},
+                        required={"command"}, command="command", args="args", env="env"),
+    "codex": dict(path=("mcp_servers", "memprove"),
+                  keys={"command", "args", "env", "env_vars", "cwd", "enabled",
+                        "startup_timeout_sec", "tool_timeout_sec"},
+                  required={"command"}, command="command", args="args", env="env"),
+    "gemini": dict(path=("mcpServers", "memprove"),
+                   keys={"command", "args", "env", "cwd", "timeout", "trust", "includeTools",
+                         "excludeTools"},
+                   required={"command"}, command="command", args="args", env="env"),
+    "opencode": dict(path=("mcp", "memprove"),
+                     keys={"type", "command", "environment", "enabled", "timeout"},
+                     required={"type", "command"}, command="command", args=None,
+                     env="environment"),
+    "cline": dict(path=("mcpServers", "memprove"),
+                  keys={"type", "command", "args", "env", "cwd", "disabled", "autoApprove",
+                        "timeout"},
+                  required={"command"}, command="command", args="args", env="env"),
+    "continue": dict(path=("mcpServers", 0), keys={"name", "type", "command", "args", "env", "cwd"},
+                     required={"name", "command"}, command="command", args="args", env="env"),
+    "amp": dict(path=("amp.mcpServers", "memprove"), keys={"command", "args", "env"},
+                required={"command"}, command="command", args="args", env="env"),
+    "cursor": dict(path=("mcpServers", "memprove"),
+                   keys={"type", "command", "args", "env", "envFile"},
+                   required={"command"}, command="command", args="args", env="env"),
+    "vscode": dict(path=("servers", "memprove"), keys={"type", "command", "args", "env", "envFile"},
+                   required={"type", "command"}, command="command", args="args", env="env"),
+    "windsurf": dict(path=("mcpServers", "memprove"), keys={"command", "args", "env", "disabled"},
+                     required={"command"}, command="command", args="args", env="env"),
+    "zed": dict(path=("context_servers", "memprove"), keys={"command", "args", "env"},
+                required={"command"}, command="command", args="args", env="env"),
+    "goose": dict(path=("extensions", "memprove"),
+                  # block/goose crates/goose/src/agents/extension.rs, ExtensionConfig::Stdio,
+                  # plus the entry's own `enabled`.
+                  keys={"name", "type", "cmd", "args", "envs", "env_keys", "enabled", "timeout",
+                        "description", "bundled", "available_tools"},
+                  required={"name", "type", "cmd", "args"}, command="cmd", args="args",
+                  env="envs"),
+}
+
+# Where each entry goes: text the standard-error line must hold, and the file
+# under the project (the Workspace root) it names, if any.
+WHERE = {
+    "claude-code": (("~/.claude.json",), (".mcp.json",)),
+    "codex": (("~/.codex/config.toml", "CODEX_HOME"), None),
+    "gemini": (("~/.gemini/settings.json", "trusted"), (".gemini", "settings.json")),
+    "opencode": (("~/.config/opencode/opencode.json",), ("opencode.json",)),
+    "cline": (("~/.cline/data/settings/cline_mcp_settings.json",), None),
+    "continue": (("~/.continue/config.yaml", ".continue/mcpServers/"), None),
+    "amp": (("~/.config/amp/settings.json",), (".amp", "settings.json")),
+    "cursor": (("~/.cursor/mcp.json",), (".cursor", "mcp.json")),
+    "vscode": (("mcp.json",), (".vscode", "mcp.json")),
+    "windsurf": (("~/.codeium/windsurf/mcp_config.json",), None),
+    "zed": (("settings.json",), (".zed", "settings.json")),
+    "goose": (("~/.config/goose/config.yaml",), None),
+}
+
+# print-config's output before `--client` existed (commit 9ad3478), with
+# @COMMAND@, @PYZ@ and @CONFIG@ standing for JSON strings.  It is the
+# golden for the default output and for `--client claude-code`.
+GOLDEN = """\
+{
+  "mcpServers": {
+    "memprove": {
+      "type": "stdio",
+      "command": @COMMAND@,
+      "args": [
+        "mcp",
+        "serve",
+        "--config-dir",
+        @CONFIG@
+      ],
+      "env": {
+        "MEMPROVE_CONFIG_DIR": @CONFIG@
+      }
+    }
+  }
+}
+"""
+GOLDEN_PYTHON = """\
+{
+  "mcpServers": {
+    "memprove": {
+      "type": "stdio",
+      "command": @COMMAND@,
+      "args": [
+        @PYZ@,
+        "mcp",
+        "serve",
+        "--config-dir",
+        @CONFIG@
+      ],
+      "env": {
+        "MEMPROVE_CONFIG_DIR": @CONFIG@
+      }
+    }
+  }
+}
+"""
+GOLDEN_WHERE = ("memprove-mcp: put this entry in @ROOT@/.mcp.json (project scope) or in "
+                "~/.claude.json (local or user scope).\n")
+
+
+def golden(pyz, config_dir, python=None):
+    def string(value):
+        return json.dumps(value, ensure_ascii=False)
+    text = GOLDEN_PYTHON if python else GOLDEN
+    text = text.replace("@PYZ@", string(os.path.abspath(str(pyz))))
+    text = text.replace("@COMMAND@", string(python or os.path.abspath(str(pyz))))
+    return text.replace("@CONFIG@", string(config_dir))
+
+
+# -- running it ----------------------------------------------------------------
+
+def run_print_config(pyz, args, env, cwd):
+    done = run_cli(sys.executable, pyz, ["mcp", "print-config"] + list(args), env, cwd)
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")
+    err = done.stderr.decode("utf-8")
+    assert err.endswith("\n") and err.count("\n") == 1 and err.startswith("memprove-mcp: "), err
+    return done.stdout, err
+
+
+def parse(client, data):
+    """The document, read by the parser its client's format needs."""
+    text = data.decode("utf-8")          # strict: the output is UTF-8
+    kind = FORMATS.get(client, "json")
+    if kind == "toml":
+        return tomllib.loads(text)
+    if kind == "yaml":
+        return yaml.safe_load(text)
+    return json.loads(text)
+
+
+def expected_document(client, command, args, env):
+    """The entry spec/clients.md's table describes for `client`."""
+    if client == "codex":
+        return {"mcp_servers": {"memprove": {"command": command, "args": args,
+                                             "env_vars": CODEX_ENV_VARS, "env": env}}}
+    if client == "opencode":
+        return {"mcp": {"memprove": {"type": "local", "command": [command] + args,
+                                     "environment": env, "enabled": True}}}
+    if client == "continue":
+        return {"mcpServers": [{"name": "memprove", "type": "stdio", "command": command,
+                                "args": args, "env": env}]}
+    if client == "goose":
+        return {"extensions": {"memprove": {"name": "memprove", "type": "stdio", "cmd": command,
+                                            "args": args, "envs": env, "enabled": True,
+                                            "timeout": 300}}}
+    top = {"claude-code": "mcpServers", "gemini": "mcpServers", "cline": "mcpServers",
+           "amp": "amp.mcpServers", "cursor": "mcpServers", "vscode": "servers",
+           "windsurf": "mcpServers", "zed": "context_servers"}[client]
+    entry = {"type": "stdio"} if client in ("claude-code", "cline", "cursor", "vscode") else {}
+    entry.update(command=command, args=args, env=env)
+    if client == "cline":
+        entry["disabled"] = False
+    return {top: {"memprove": entry}}
+
+
+def documented_problems(client, document):
+    """Where `document` strays from what the client's documentation accepts."""
+    rules = DOCUMENTED[client]
+    entry = document
+    for step in rules["path"]:
+        entry = entry[step]
+    problems = ["%s not documented" % key for key in set(entry) - rules["keys"]]
+    problems += ["%s missing" % key for key in rules["required"] - set(entry)]
+    command = entry[rules["command"]]
+    if rules["args"] is None:            # OpenCode: one list, the command first
+        ok = isinstance(command, list) and command and all(isinstance(x, str) for x in command)
+    else:
+        args = entry.get(rules["args"], [])
+        ok = isinstance(command, str) and isinstance(args, list) and \
+            all(isinstance(x, str) for x in args)
+    if not ok:
+        problems.append("command/args are not strings")
+    env = entry.get(rules["env"], {})
+    if not (isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                          for k, v in env.items())):
+        problems.append("the environment is not a map of strings")
+    if "type" in entry and entry["type"] != ("local" if client == "opencode" else "stdio"):
+        problems.append("type %r" % entry["type"])
+    if client == "continue":
+        assert isinstance(document["mcpServers"], list) and len(document["mcpServers"]) == 1
+    return problems
+
+
+def no_surrogate_escapes(client, data):
+    """Characters outside the basic plane are written as themselves (or
+    \\UXXXXXXXX in TOML), never as a \\ud83d-style pair."""
+    text = data.decode("utf-8")
+    # An escape is a backslash preceded by an even number of backslashes.
+    assert not re.search(r"(?<!\\)(?:\\\\)*\\u[dD][89a-fA-F][0-9a-fA-F]{2}", text), (client, text)
+
+
+# -- every client, every variant ----------------------------------------------
+
+VARIANTS = [(python, workspace) for python in (False, True) for workspace in (False, True)]
+
+
+@pytest.mark.parametrize("python, with_workspace", VARIANTS,
+                         ids=["plain", "workspace", "python", "python-workspace"])
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_client_parses_to_the_documented_entry(pyz, make_env, workspace, tmp_path, client,
+                                                     python, with_workspace):
+    env = make_env()
+    interpreter = interpreter_executable(sys.executable, env) if python else None
+    program = os.path.abspath(str(pyz))
+    for label, name in NASTY_NAMES.items():
+        config_dir = str(tmp_path / ("cfg " + name))
+        args = ["--config-dir", config_dir, "--client", client]
+        server_args = ["mcp", "serve", "--config-dir", config_dir]
+        if python:
+            args.append("--python")
+        if with_workspace:
+            target = make_workspace_dir(tmp_path / ("project " + name))
+            args += ["--workspace", str(target)]
+            server_args += ["--workspace", str(target)]
+        out, err = run_print_config(pyz, args, env, workspace)
+        document = parse(client, out)
+        command = interpreter if python else program
+        if python:
+            server_args = [program] + server_args
+        server_env = {"MEMPROVE_CONFIG_DIR": config_dir}
+        if client in ("cursor", "vscode") and not with_workspace:
+            server_env["MEMPROVE_WORKSPACE"] = "${workspaceFolder}"
+        assert document == expected_document(client, command, server_args, server_env), (label, out)
+        assert documented_problems(client, document) == [], label
+        no_surrogate_escapes(client, out)
+        if not with_workspace or shown(str(target)) == str(target):
+            # (A project path with control characters: test_the_where_line_stays_one_line.)
+            check_where(client, err, target if with_workspace else workspace)
+
+
+def make_workspace_dir(path):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ".memprove").mkdir(exist_ok=True)
+    return path
+
+
+def check_where(client, err, root):
+    """The standard-error line names the client's file, and the project's
+    own file under the Workspace root when the client reads one."""
+    words, project_file = WHERE[client]
+    for word in words:
+        assert word in err, (client, err)
+    if project_file:
+        assert shown(os.path.join(str(root), *project_file)) in err, (client, err)
+
+
+def shown(path):
+    """A path on the one standard-error line: as it is, or JSON-quoted (ASCII)
+    when it holds a control character or a line separator."""
+    if any(char < " " or "\x7f" <= char <= "\x9f" or char in "\u2028\u2029" for char in path):
+        return json.dumps(path)
+    return path
+
+
+def test_claude_code_is_the_default_byte_for_byte(pyz, make_env, workspace, tmp_path):
+    env = make_env()
+    interpreter = interpreter_executable(sys.executable, env)
+    for name in NASTY_NAMES.values():
+        config_dir = str(tmp_path / name)
+        for python in (False, True):
+            flags = ["--python"] if python else []
+            default = run_print_config(pyz, ["--config-dir", config_dir] + flags, env, workspace)
+            named = run_print_config(pyz, ["--config-dir", config_dir, "--client", "claude-code"]
+                                     + flags, env, workspace)
+            assert named == default
+            assert default[0] == golden(pyz, config_dir, interpreter if python else None) \
+                .encode("utf-8")
+            assert default[1] == GOLDEN_WHERE.replace("@ROOT@", str(workspace))
+
+
+def test_the_default_output_is_the_golden_without_any_option(pyz, make_env, workspace, home):
+    """No option at all: the configuration directory is ~/.config/memprove."""
+    out, err = run_print_config(pyz, [], make_env(), workspace)
+    assert out == golden(pyz, str(home / ".config" / "memprove")).encode("utf-8")
+    assert err == GOLDEN_WHERE.replace("@ROOT@", str(workspace))
+
+
+# -- what never appears ----------------------------------------------------------
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_no_token_data_dir_or_set_value_appears(pyz, make_env, workspace, tmp_path, client):
+    canaries = {
+        "MEMPROVE_TOKEN": "canary-token-5e1f",
+        "MEMPROVE_TOKEN_FILE": str(tmp_path / "canary-token-file-77aa"),
+        "MEMPROVE_DATA_DIR": str(tmp_path / "canary-data-dir-3c0d"),
+        "MEMPROVE_TIMEOUT": "41.5",
+        "MEMPROVE_AGENT_NAME": "canary-agent-9b2e",
+        "MEMPROVE_AGENT_ROLE": "canaryrole",
+        "MEMPROVE_PARENT_SESSION": "918273",
+        "MEMPROVE_MCP_LOG": str(tmp_path / "canary-log-4d4d"),
+        "OPENAI_API_KEY": "canary-openai-1a2b",
+        "GEMINI_API_KEY": "canary-gemini-3c4d",
+    }
+    # The Workspace variables are set to real directories: the standard-error
+    # line may name the Workspace they lead to, the entry never.
+    places = {"MEMPROVE_WORKSPACE": make_workspace_dir(tmp_path / "canary-ws-6f6f"),
+              "CLAUDE_PROJECT_DIR": make_workspace_dir(tmp_path / "canary-claude-8e8e")}
+    env = make_env(dict(canaries, **{k: str(v) for k, v in places.items()}))
+    config_dir = str(tmp_path / "cfg")
+    for flags in ([], ["--python"], ["--workspace", str(tmp_path / "elsewhere")]):
+        out, err = run_print_config(pyz, ["--config-dir", config_dir, "--client", client] + flags,
+                                    env, workspace)
+        text = out.decode("utf-8")
+        for name, value in canaries.items():
+            for form in (value, json.dumps(value)[1:-1]):
+                assert form not in text, (client, name)
+                assert form not in err, (client, name)
+        for name, value in places.items():
+            assert str(value) not in text, (client, name)
+        document = parse(client, out)
+        assert config_dir in json.dumps(document, ensure_ascii=False)
+
+
+def test_gemini_names_the_token_file_only_when_it_is_set(pyz, make_env, workspace, tmp_path):
+    config_dir = str(tmp_path / "cfg")
+    token_file = str(tmp_path / "secret-token-file-path")
+    args = ["--config-dir", config_dir, "--client", "gemini"]
+    with_it, _ = run_print_config(pyz, args, make_env({"MEMPROVE_TOKEN_FILE": token_file}),
+                                  workspace)
+    env = json.loads(with_it)["mcpServers"]["memprove"]["env"]
+    assert env == {"MEMPROVE_CONFIG_DIR": config_dir,
+                   "MEMPROVE_TOKEN_FILE": "$MEMPROVE_TOKEN_FILE"}
+    assert token_file.encode() not in with_it
+    without, _ = run_print_config(pyz, args, make_env(), workspace)
+    assert json.loads(without)["mcpServers"]["memprove"]["env"] == {
+        "MEMPROVE_CONFIG_DIR": config_dir}
+    # An empty variable is not set (contract.md §1).
+    empty, _ = run_print_config(pyz, args, make_env({"MEMPROVE_TOKEN_FILE": ""}), workspace)
+    assert empty == without
+
+
+def test_only_gemini_names_the_token_file(pyz, make_env, workspace, tmp_path):
+    env = make_env({"MEMPROVE_TOKEN_FILE": str(tmp_path / "t")})
+    for client in CLIENTS:
+        if client in ("gemini", "codex"):         # codex names every variable in env_vars
+            continue
+        out, _ = run_print_config(pyz, ["--client", client], env, workspace)
+        assert b"MEMPROVE_TOKEN" not in out, client
+
+
+# -- --workspace -------------------------------------------------------------------
+
+def test_a_relative_workspace_is_made_absolute(pyz, make_env, workspace, tmp_path):
+    (workspace / "sub dir").mkdir()
+    config_dir = str(tmp_path / "cfg")
+    for client in CLIENTS:
+        out, err = run_print_config(pyz, ["--config-dir", config_dir, "--client", client,
+                                          "--workspace", "sub dir"], make_env(), workspace)
+        text = json.dumps(parse(client, out), ensure_ascii=False)
+        assert json.dumps(str(workspace / "sub dir"))[1:-1] in text, client
+        assert "${workspaceFolder}" not in text, client
+
+
+def test_workspace_equals_form(pyz, make_env, workspace, tmp_path):
+    target = make_workspace_dir(tmp_path / "p")
+    spaced, _ = run_print_config(pyz, ["--client", "zed", "--workspace", str(target)], make_env(),
+                                 workspace)
+    joined, _ = run_print_config(pyz, ["--client=zed", "--workspace=%s" % target], make_env(),
+                                 workspace)
+    assert spaced == joined
+    assert json.loads(joined)["context_servers"]["memprove"]["args"][-2:] == ["--workspace",
+                                                                             str(target)]
+
+
+# -- usage -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, lists_names", [
+    (["mcp", "print-config", "--client", "claude"], True),
+    (["mcp", "print-config", "--client", "CODEX"], True),
+    (["mcp", "print-config", "--client", "vs code\nsecond line"], True),
+    (["mcp", "print-config", "--client=nope"], True),
+    (["mcp", "print-config", "--client"], False),
+    (["mcp", "print-config", "--client="], False),
+    (["mcp", "print-config", "--workspace"], False),
+    (["mcp", "print-config", "--workspace="], False),
+    (["mcp", "serve", "--client", "codex"], False),
+], ids=["unknown", "wrong-case", "newline", "equals-unknown", "no-value", "equals-empty",
+        "workspace-no-value", "workspace-empty", "serve-client"])
+def test_a_bad_client_or_workspace_is_a_usage_error(pyz, make_env, workspace, args, lists_names):
+    done = run_cli(sys.executable, pyz, args, make_env(), workspace)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == b""
+    err = done.stderr.decode("utf-8")
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert "second line" not in err
+    if lists_names:
+        for name in CLIENTS:
+            assert name in err, (name, err)
+
+
+def test_help_lists_every_client(pyz, make_env, workspace):
+    done = run_cli(sys.executable, pyz, ["--help"], make_env(), workspace)
+    assert done.returncode == 0
+    usage = done.stdout.decode("utf-8")
+    for word in ("--client", "--workspace") + CLIENTS:
+        assert word in usage, word
+
+
+def test_a_path_that_is_not_utf8_is_refused_in_one_line(pyz, make_env, workspace):
+    """A byte that is not UTF-8 has no form in JSON, TOML or YAML text: one line
+    and a failure status, never a traceback or half an entry."""
+    for client in CLIENTS:
+        argv = [sys.executable.encode(), str(pyz).encode(), b"mcp", b"print-config",
+                b"--config-dir", b"/tmp/not-utf8-\xff", b"--client", client.encode()]
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=make_env(), cwd=str(workspace), timeout=30)
+        assert done.returncode == 1, (client, done.stderr)
+        assert done.stdout == b""
+        err = done.stderr.decode("utf-8")
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_non_ascii_path_under_an_ascii_locale(pyz, make_env, workspace, tmp_path, client):
+    """Python 3.6 under LANG=C reads arguments as ASCII with surrogate-escaped
+    bytes (3.7 and later coerce the C locale to UTF-8): the entry must still
+    name the UTF-8 path, in every format."""
+    python = find_python("3.6")
+    if python is None:
+        pytest.skip("Python 3.6 is not installed")
+    config_dir = str(tmp_path / "caf\u00e9 \U0001F680 cfg")
+    done = run_cli(python, pyz, ["mcp", "print-config", "--config-dir", config_dir,
+                                 "--client", client],
+                   make_env({"LANG": "C", "LC_ALL": "C"}), workspace)
+    assert done.returncode == 0, done.stderr
+    document = parse(client, done.stdout)
+    assert json.dumps(config_dir, ensure_ascii=False) in json.dumps(document, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("name", ["two\nlines", "esc\x1b[31mred", "sep\u2028here", "c1\x85"])
+@pytest.mark.parametrize("client", ["claude-code", "gemini", "vscode"])
+def test_the_where_line_stays_one_line(pyz, make_env, tmp_path, client, name):
+    """A project path holding a line break or another control character (a
+    terminal escape) is JSON-quoted on the standard-error line; any other path
+    is printed as it is (the default's golden)."""
+    project = make_workspace_dir(tmp_path / name)
+    out, err = run_print_config(pyz, ["--client", client], make_env(), project)
+    parse(client, out)
+    assert "\u2028" not in err
+    quoted = json.dumps(os.path.join(str(project), *WHERE[client][1]))
+    assert shown(os.path.join(str(project), *WHERE[client][1])) == quoted
+    assert err.startswith("memprove-mcp: put this entry in %s " % quoted), err
+
+
+# Any text a path can hold: no NUL (argv cannot carry it), no lone surrogate
+# (not UTF-8).  Hypothesis leans towards the edges: controls, quotes,
+# backslashes, line separators, astral characters.
+PATH_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                    min_size=1, max_size=40)
+
+
+@pytest.mark.parametrize("client", ["codex", "continue", "goose", "gemini"])
+def test_any_path_survives_every_format(pyz, tmp_path_factory, client):
+    """Whatever a path holds, the parsed entry gives it back unchanged."""
+    home = tmp_path_factory.mktemp("home")
+    env = clean_env(home)
+
+    @settings(max_examples=40, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(PATH_TEXT, PATH_TEXT)
+    def check(config_name, workspace_name):
+        config_dir = os.path.abspath(os.path.join(str(home), config_name))
+        target = os.path.abspath(os.path.join(str(home), "w", workspace_name))
+        out, _ = run_print_config(pyz, ["--config-dir", config_dir, "--client", client,
+                                        "--workspace", target], env, home)
+        document = parse(client, out)
+        wanted = {"--config-dir": config_dir, "--workspace": target}
+        args = {"codex": lambda d: d["mcp_servers"]["memprove"]["args"],
+                "continue": lambda d: d["mcpServers"][0]["args"],
+                "goose": lambda d: d["extensions"]["memprove"]["args"],
+                "gemini": lambda d: d["mcpServers"]["memprove"]["args"]}[client](document)
+        for option, value in wanted.items():
+            assert args[args.index(option) + 1] == value
+        no_surrogate_escapes(client, out)
+
+    check()
+
+
+def test_every_client_under_every_python(pyz, server_python, make_env, workspace, tmp_path):
+    """The hand-written writers run on every interpreter the server supports."""
+    env = make_env()
+    name = "".join(NASTY_NAMES.values())
+    config_dir = str(tmp_path / name)
+    for client in CLIENTS:
+        done = run_cli(server_python, pyz, ["mcp", "print-config", "--config-dir", config_dir,
+                                            "--client", client, "--workspace", str(workspace)],
+                       env, workspace)
+        assert done.returncode == 0, (client, done.stderr)
+        document = parse(client, done.stdout)
+        expected = expected_document(client, os.path.abspath(str(pyz)),
+                                     ["mcp", "serve", "--config-dir", config_dir,
+                                      "--workspace", str(workspace)],
+                                     {"MEMPROVE_CONFIG_DIR": config_dir})
+        assert document == expected, client

@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """Build dist/memprove_mcp.pyz, a reproducible zipapp of memprove_mcp.py.
 
-    python3 build_zipapp.py [-o PATH] [--source PATH]
+    python3 build_zipapp.py [-o PATH] [--source PATH] [--python PATH]...
+                            [--exclude-tag TAG]... [--no-bytecode]
 
-The archive is a shebang line followed by a zip with exactly two entries,
-sorted by name: a tiny ``__main__.py`` and ``memprove_mcp.py``, copied byte
-for byte.  Every byte of it is a function of the module source alone: entries
-are written through ``zipfile.ZipInfo`` with a fixed date, host system,
-permissions and compression level, so neither the clock, the umask, the
+The archive is a shebang line followed by a zip whose entries are sorted by
+name: a tiny ``__main__.py``, ``memprove_mcp.py`` copied byte for byte, and
+``pyc/<cache tag>/memprove_mcp.pyc`` for every CPython 3.6 or newer the build
+finds (pyenv, PATH, ``--python``, ``$MEMPROVE_BUILD_PYTHONS``).  On any other
+interpreter ``__main__.py`` compiles the module at its first start and caches
+the bytecode in the user's cache directory (see ``MAIN_PY_TEMPLATE``).
+
+Every byte of the archive is a function of the module source and of the
+interpreters used (each compiles in a fresh process): entries are written
+through ``zipfile.ZipInfo`` with a fixed date, host system, permissions and
+compression level, so neither the clock, the umask, the
 working directory nor the source file's mtime or mode reach the output.  The
 stdlib ``zipapp`` module is not used because it stores each file's real mtime
 and walks directories unsorted.
@@ -15,13 +22,15 @@ and walks directories unsorted.
 The build writes a temporary file in the output directory and renames it
 over the output, so a failed build never leaves a half-written archive.
 
-Standard library only; runs on Python 3.8 to 3.13.
+Standard library only; runs on Python 3.7 and newer (3.6 has no compresslevel
+for zipfile, so its archive would differ).
 """
 
 import argparse
 import hashlib
 import io
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -48,118 +57,293 @@ ENTRY_COMPRESS_TYPE = zipfile.ZIP_DEFLATED
 ENTRY_COMPRESSLEVEL = 9
 ARCHIVE_MODE = 0o755                      # set with chmod, so the umask cannot change it
 
-# Parsed by every Python from 2.6 on (ASCII only, no f-strings, no print
-# statement or function), so that an old interpreter prints one readable line
-# instead of dying with a SyntaxError inside memprove_mcp.
-MAIN_PY = b'''\
-# Entry point of memprove_mcp.pyz.  Keep this file parseable by Python 2.7 and
-# 3.0-3.7: it must refuse them with one line before importing memprove_mcp.
+# The archive's entry point.  Parsed by every Python from 2.7 on (ASCII only,
+# no f-strings, no print statement or function), so that an old interpreter
+# prints one readable line instead of dying with a SyntaxError inside
+# memprove_mcp.  It imports nothing the interpreter has not already loaded to
+# run a zipapp (runpy, importlib.util, os, zlib), so it costs nothing
+# at start.  The build writes the SHA-256 of the packed source into it.
+MAIN_PY_TEMPLATE = b"""\
+# Entry point of memprove_mcp.pyz, written by build_zipapp.py.  Keep this file
+# parseable by Python 2.7 and 3.0-3.5: it refuses them in one line before it
+# touches memprove_mcp.
 import sys
 
-if sys.version_info < (3, 8):
-    sys.stderr.write("memprove-mcp needs Python 3.8 or newer; this is Python %d.%d.%d.\\n"
+if sys.version_info < (3, 6):
+    sys.stderr.write("memprove-mcp needs Python 3.6 or newer; this is Python %d.%d.%d.\\n"
                      % tuple(sys.version_info[:3]))
     sys.exit(1)
 
-# Bytecode the build compiled for this interpreter's cache tag, if any, so
-# nothing is compiled at start.  Should it not load (a pre-release of the same
-# tag with another magic number: zipimport 3.11+ raises rather than skipping
-# it), the source at the archive's root is imported instead.
-bytecode = None
-if getattr(sys.implementation, "cache_tag", None):
-    bytecode = sys.path[0] + "/pyc/" + sys.implementation.cache_tag
-    sys.path.insert(0, bytecode)
-try:
-    import memprove_mcp
-except ImportError:
-    if bytecode is None:
-        raise
-    sys.path.remove(bytecode)
-    sys.path_importer_cache.pop(bytecode, None)
-    sys.modules.pop("memprove_mcp", None)
-    import memprove_mcp
+SOURCE_SHA256 = "@SOURCE_SHA256@"   # of memprove_mcp.py in this archive
+MODULE = "memprove_mcp"
 
-sys.exit(memprove_mcp.main())
-'''
+
+def cache_directory():
+    # Where bytecode this archive does not carry is kept, or None.
+    import os
+    if os.name == "nt":
+        base = os.environ.get("LOCALAPPDATA")
+    else:
+        base = os.environ.get("XDG_CACHE_HOME")
+        if not base or not os.path.isabs(base):
+            base = os.path.join(os.path.expanduser("~"), ".cache")
+    if not base or not os.path.isabs(base):
+        return None
+    return os.path.join(base, "memprove-mcp")
+
+
+def archive():
+    # The .pyz (or, unpacked, the directory) this file was run from.
+    return getattr(__loader__, "archive", None) or sys.path[0]
+
+
+def private(directory):
+    # True when only this user can have written in directory.
+    import os
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return False
+    if os.name == "nt":
+        return True
+    return info.st_uid == os.geteuid() and not info.st_mode & 0o077
+
+
+def load():
+    # The module's code object and where it came from: the archive's bytecode
+    # for this interpreter ("shipped"), else the user's cache ("cached"), else
+    # the source, compiled now and cached when allowed ("compiled").
+    import marshal
+    import os
+    import importlib.util   # runpy imported it to run this file
+    read = __loader__.get_data
+    root = archive()
+    tag = sys.implementation.cache_tag
+    magic = importlib.util.MAGIC_NUMBER
+    if tag:
+        try:
+            data = read(root + "/pyc/" + tag + "/" + MODULE + ".pyc")
+        except OSError:
+            data = b""
+        if data[:4] == magic:
+            try:
+                return marshal.loads(data[16:]), "shipped"
+            except (EOFError, ValueError, TypeError):
+                pass
+    import zlib             # zipimport imported it to read this file
+    source = read(root + "/" + MODULE + ".py")
+    directory = cache_directory() if tag else None
+    if directory is None:
+        return compile(source, MODULE + ".py", "exec", dont_inherit=True), "compiled"
+    # A hash-based .pyc (PEP 552, checked) of exactly this source, followed by
+    # the CRC-32 of everything before it, so damage anywhere is seen.
+    if hasattr(importlib.util, "source_hash"):
+        check = importlib.util.source_hash(source)
+    else:   # 3.6
+        check = (zlib.crc32(source) & 0xFFFFFFFF).to_bytes(4, "little") + \\
+            (len(source) & 0xFFFFFFFF).to_bytes(4, "little")
+    header = magic + b"\\x03\\x00\\x00\\x00" + check
+    optimize = sys.flags.optimize
+    path = os.path.join(directory, "%s-%s.%s%s.pyc" % (
+        MODULE, SOURCE_SHA256, tag, ".opt-%d" % optimize if optimize else ""))
+    if private(directory):
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            data = b""
+        if data[:16] == header and len(data) > 20 and \\
+                (zlib.crc32(data[:-4]) & 0xFFFFFFFF).to_bytes(4, "little") == data[-4:]:
+            try:
+                return marshal.loads(data[16:-4]), "cached"
+            except (EOFError, ValueError, TypeError):
+                pass
+    code = compile(source, MODULE + ".py", "exec", dont_inherit=True)
+    if sys.dont_write_bytecode:
+        return code, "compiled"
+    temporary = None
+    try:
+        os.makedirs(directory, 0o700, exist_ok=True)
+        if not private(directory):
+            os.chmod(directory, 0o700)
+            if not private(directory):
+                return code, "compiled"
+        data = header + marshal.dumps(code)
+        data += (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little")
+        temporary = "%s.%d.tmp" % (path, os.getpid())
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+        try:
+            while data:
+                data = data[os.write(handle, data):]
+        finally:
+            os.close(handle)
+        os.replace(temporary, path)
+        temporary = None
+    except (OSError, ValueError):
+        pass
+    if temporary is not None:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+    return code, "compiled"
+
+
+def run():
+    import os
+    code, origin = load()
+    path = os.path.join(archive(), MODULE + ".py")
+    module = type(sys)(MODULE)
+    module.__file__ = path
+    module.__loader__ = __loader__
+    module.__spec__ = type(__spec__)(MODULE, __loader__, origin=path)
+    module.BYTECODE_ORIGIN = origin
+    sys.modules[MODULE] = module
+    exec(code, module.__dict__)
+    return module.main()
+
+
+sys.exit(run())
+"""
+
+
+def main_py(module_source):
+    """The archive's __main__.py for this module source."""
+    return MAIN_PY_TEMPLATE.replace(
+        b"@SOURCE_SHA256@", hashlib.sha256(module_source).hexdigest().encode("ascii"))
 
 
 class BuildError(Exception):
     """The archive cannot be built; the message says why."""
 
 
-# Run by each interpreter the build finds: prints its cache tag, a newline,
-# then an unchecked hash-based .pyc (PEP 552) of the source on standard input.
-# A timestamp .pyc would be ignored inside the zip (its entries are all dated
-# 1980), and co_filename is fixed so that no build path reaches the bytes.
+# Run by each interpreter the build uses: prints its cache tag, a newline,
+# then a hash-based .pyc (PEP 552, unchecked) of the source on standard input;
+# 3.6, which predates PEP 552, gets the same 16-byte header with no hash.
+# __main__.py checks only the magic number: the archive carries the source it
+# was compiled from.  co_filename is fixed so that no build path reaches the
+# bytes.  Parsed by 3.6.
 COMPILE_PYC = """\
 import importlib.util, marshal, sys
 source = sys.stdin.buffer.read()
 code = compile(source, "memprove_mcp.py", "exec", dont_inherit=True)
+if hasattr(importlib.util, "source_hash"):
+    header = (1).to_bytes(4, "little") + importlib.util.source_hash(source)
+else:
+    header = bytes(12)
 sys.stdout.buffer.write(sys.implementation.cache_tag.encode("ascii") + b"\\n"
-                        + importlib.util.MAGIC_NUMBER + (1).to_bytes(4, "little")
-                        + importlib.util.source_hash(source) + marshal.dumps(code))
+                        + importlib.util.MAGIC_NUMBER + header + marshal.dumps(code))
 """
-BYTECODE_VERSIONS = ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13")
+
+# The oldest Python the server runs on; older interpreters are not used.
+OLDEST_MINOR = 6
+# Interpreters given by the environment, separated by os.pathsep (CI uses it
+# for interpreters that are on no PATH, like the tests' chroot wrappers).
+PYTHONS_VARIABLE = "MEMPROVE_BUILD_PYTHONS"
+INTERPRETER_NAME = re.compile(r"python3\.([0-9]+)\Z")
+RELEASE_DIR = re.compile(r"3\.([0-9]+)\.([0-9]+)\Z")
 
 
-def find_interpreters():
-    """The interpreters of BYTECODE_VERSIONS on this machine, one per version."""
+def _minor_of(path):
+    match = INTERPRETER_NAME.match(os.path.basename(path))
+    return int(match.group(1)) if match else None
+
+
+def _runnable(path):
+    # A version manager's shim may name a version it does not have.
+    return bool(path) and "shims" not in path.split(os.sep) and os.path.isfile(path) \
+        and os.access(path, os.X_OK)
+
+
+def find_interpreters(environ=None):
+    """CPython 3.6 and newer on this machine, one per minor version, newest first:
+    pyenv's newest patch release of each, else `python3.X` on PATH, else the
+    interpreter running the build.  Fixed rules, so that which interpreter
+    runs the build does not change what it finds."""
     import glob
-    import shutil
-    roots = [os.environ.get("PYENV_ROOT"), os.path.expanduser("~/.pyenv")]
+    environ = os.environ if environ is None else environ
     found = {}
-    for version in BYTECODE_VERSIONS:
-        candidates = []
-        if sys.version_info[:2] == tuple(int(part) for part in version.split(".")):
-            candidates.append(sys.executable)
-        for root in filter(None, roots):
-            candidates.extend(sorted(glob.glob(os.path.join(
-                root, "versions", version + ".*", "bin", "python" + version)), reverse=True))
-        candidates.append(shutil.which("python" + version))
-        for candidate in candidates:
-            # A version manager's shim may name a version it does not have.
-            if candidate and "shims" not in candidate.split(os.sep) and os.access(candidate, os.X_OK):
-                found[version] = candidate
-                break
-    return [found[version] for version in BYTECODE_VERSIONS if version in found]
-
-
-def hash_based_pyc_entries(module_source, interpreters):
-    """(name, bytes) entries of compiled bytecode, one per interpreter.
-
-    zipimport never writes bytecode caches, so a source-only archive
-    recompiles the module on every start (20-35 ms here).  Each interpreter's
-    .pyc goes in pyc/<cache tag>/, which __main__.py puts first on sys.path;
-    zipimport checks its magic number, so any other interpreter simply
-    imports the source at the archive's root.
-    """
-    import subprocess
-    entries = {}
-    for interpreter in interpreters:
-        try:
-            done = subprocess.run([interpreter, "-I", "-c", COMPILE_PYC], input=module_source,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
-        except (OSError, subprocess.SubprocessError):
+    roots = [environ.get("PYENV_ROOT"), os.path.expanduser("~/.pyenv")]
+    for root in filter(None, roots):
+        releases = []
+        for path in glob.glob(os.path.join(root, "versions", "3.*", "bin", "python3.*")):
+            version = RELEASE_DIR.match(os.path.basename(os.path.dirname(os.path.dirname(path))))
+            if version and _minor_of(path) == int(version.group(1)) and _runnable(path):
+                releases.append(((int(version.group(1)), int(version.group(2))), path))
+        for (minor, _), path in sorted(releases, reverse=True):
+            found.setdefault(minor, path)
+    for directory in environ.get("PATH", os.defpath).split(os.pathsep):
+        if not directory or "shims" in directory.split(os.sep):
             continue
-        tag, _, data = done.stdout.partition(b"\n")
-        if done.returncode == 0 and tag and data:
-            entries["pyc/%s/%s.pyc" % (tag.decode("ascii"), MODULE_NAME)] = data
+        for path in sorted(glob.glob(os.path.join(directory, "python3.*"))):
+            minor = _minor_of(path)
+            if minor is not None and minor not in found and _runnable(path):
+                found[minor] = path
+    own = sys.version_info[1]
+    if sys.implementation.name == "cpython" and own not in found:
+        found[own] = sys.executable
+    return [found[minor] for minor in sorted(found, reverse=True) if minor >= OLDEST_MINOR]
+
+
+def compile_with(interpreter, module_source):
+    """(cache tag, .pyc bytes) made by interpreter, or None when it cannot."""
+    import subprocess
+    try:
+        # cwd "/": the tests' chroot wrappers run the interpreter in the
+        # caller's directory, and "/" exists inside every chroot.
+        done = subprocess.run([interpreter, "-I", "-c", COMPILE_PYC], input=module_source,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
+                              cwd=os.path.abspath(os.sep))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    tag, _, data = done.stdout.partition(b"\n")
+    if done.returncode != 0 or not tag or len(data) <= 16:
+        return None
+    return tag.decode("ascii"), data
+
+
+def hash_based_pyc_entries(module_source, interpreters, explicit=(), exclude_tags=()):
+    """(name, bytes) entries of compiled bytecode, one per cache tag.
+
+    zipimport never writes bytecode caches, so a source-only archive would
+    recompile the module on every start (20-35 ms).  Each interpreter's .pyc
+    goes in pyc/<cache tag>/, which __main__.py reads first.  The explicit
+    interpreters come first and must work; a found one that does not run is
+    skipped, as is one whose minor version an earlier one covered.
+    """
+    entries = {}
+    covered = set()
+    for interpreter in list(explicit) + list(interpreters):
+        minor = _minor_of(interpreter)
+        if interpreter not in explicit and minor is not None and minor in covered:
+            continue
+        made = compile_with(interpreter, module_source)
+        if made is None:
+            if interpreter in explicit:
+                raise BuildError("%s cannot compile the module" % interpreter)
+            continue
+        tag, data = made
+        match = re.match(r"cpython-3([0-9]+)\Z", tag)
+        if match:
+            covered.add(int(match.group(1)))
+        if tag not in exclude_tags:
+            entries.setdefault("pyc/%s/%s.pyc" % (tag, MODULE_NAME), data)
     return sorted(entries.items())
 
 
-def archive_entries(module_source, interpreters=()):
+def archive_entries(module_source, interpreters=(), explicit=(), exclude_tags=()):
     """The archive's entries as (name, bytes), sorted by name."""
-    entries = [("__main__.py", MAIN_PY), (MODULE_NAME + ".py", module_source)]
-    entries.extend(hash_based_pyc_entries(module_source, interpreters))
+    entries = [("__main__.py", main_py(module_source)), (MODULE_NAME + ".py", module_source)]
+    entries.extend(hash_based_pyc_entries(module_source, interpreters, explicit, exclude_tags))
     return sorted(entries)
 
 
-def archive_bytes(module_source, interpreters=()):
+def archive_bytes(module_source, interpreters=(), explicit=(), exclude_tags=()):
     """The complete .pyz for the given module source, as bytes."""
     buffer = io.BytesIO()
     buffer.write(SHEBANG)
     with zipfile.ZipFile(buffer, "w") as archive:
-        for name, data in archive_entries(module_source, interpreters):
+        for name, data in archive_entries(module_source, interpreters, explicit, exclude_tags):
             info = zipfile.ZipInfo(name, date_time=ENTRY_DATE_TIME)
             info.create_system = ENTRY_CREATE_SYSTEM
             info.external_attr = ENTRY_EXTERNAL_ATTR
@@ -210,10 +394,26 @@ def write_atomically(path, data, mode):
         raise
 
 
-def build(source=DEFAULT_SOURCE, output=DEFAULT_OUTPUT, bytecode=True):
+def explicit_interpreters(pythons=(), environ=None):
+    """--python PATHs, then those of $MEMPROVE_BUILD_PYTHONS, without repeats."""
+    environ = os.environ if environ is None else environ
+    listed = list(pythons) + environ.get(PYTHONS_VARIABLE, "").split(os.pathsep)
+    unique = []
+    for path in listed:
+        if path and path not in unique:
+            unique.append(path)
+    return unique
+
+
+def build(source=DEFAULT_SOURCE, output=DEFAULT_OUTPUT, bytecode=True, pythons=(),
+          exclude_tags=()):
     """Build the archive at output; return (size, sha256 hex digest)."""
-    interpreters = find_interpreters() if bytecode else ()
-    data = archive_bytes(read_source(source), interpreters)
+    module_source = read_source(source)
+    if bytecode:
+        data = archive_bytes(module_source, find_interpreters(), explicit_interpreters(pythons),
+                             exclude_tags)
+    else:
+        data = archive_bytes(module_source)
     write_atomically(output, data, ARCHIVE_MODE)
     return len(data), hashlib.sha256(data).hexdigest()
 
@@ -232,7 +432,14 @@ def parse_arguments(argv):
     parser.add_argument(
         "--no-bytecode", dest="bytecode", action="store_false",
         help="pack the source alone, without the compiled bytecode of the "
-             "Pythons 3.8-3.13 found on this machine")
+             "Pythons 3.6 and newer found on this machine")
+    parser.add_argument(
+        "--python", metavar="PATH", action="append", default=[], dest="pythons",
+        help="also compile bytecode with this interpreter, which must work "
+             "(repeatable; so does $%s, a %r-separated list)" % (PYTHONS_VARIABLE, os.pathsep))
+    parser.add_argument(
+        "--exclude-tag", metavar="TAG", action="append", default=[], dest="exclude_tags",
+        help="leave out the bytecode of this cache tag, e.g. cpython-311 (repeatable)")
     return parser.parse_args(argv)
 
 
@@ -244,7 +451,8 @@ def main(argv=None):
         return stop.code if isinstance(stop.code, int) else 2
     output = os.path.abspath(arguments.output)
     try:
-        size, digest = build(os.path.abspath(arguments.source), output, arguments.bytecode)
+        size, digest = build(os.path.abspath(arguments.source), output, arguments.bytecode,
+                             arguments.pythons, frozenset(arguments.exclude_tags))
     except BuildError as error:
         sys.stderr.write("build_zipapp.py: error: %s\n" % error)
         return 1

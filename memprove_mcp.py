@@ -41,17 +41,16 @@ only a tool call needs (json and re among them) are imported where they are
 used, so that start-up stays close to the interpreter's own.
 """
 
+import _thread
 import os
 import sys
-import threading
 import time
-from bisect import bisect_right
 
-# `json` and `re` are imported where they are needed, not here: on a clean
-# interpreter `import json` (which brings re, enum, functools, collections)
-# costs as much as the interpreter's own start, and answering
-# `server/discover`, `initialize` or `tools/list` needs neither (see
-# load_json, dump_json and Pattern).
+# `json`, `re` and `threading` are imported where they are needed, not here:
+# on a clean interpreter `import json` (which brings re, enum, functools and
+# collections) costs as much as the interpreter's own start, and answering
+# `server/discover`, `initialize` or `tools/list` needs none of them (see
+# load_json, dump_json and Pattern; _thread gives the locks).
 
 # ---------------------------------------------------------------------------
 # 1. Constants and Problems
@@ -691,7 +690,7 @@ def install_signal_handlers():
             signal.sigwait(wanted)
             os._exit(0)
 
-        threading.Thread(target=wait_for_signal, name="memprove-signals", daemon=True).start()
+        _thread.start_new_thread(wait_for_signal, ())
 
 
 # ---------------------------------------------------------------------------
@@ -835,9 +834,9 @@ class Transport:
             self.out = sys.stdout.fileno()
         except (AttributeError, OSError, ValueError):
             self.out = None          # no standard output: nobody is listening
-        self.write_lock = threading.Lock()
-        self.log_lock = threading.Lock()
-        self.flight_lock = threading.Lock()
+        self.write_lock = _thread.allocate_lock()
+        self.log_lock = _thread.allocate_lock()
+        self.flight_lock = _thread.allocate_lock()
         self.in_flight = {}          # request key -> {"cancelled": bool}
         self.legacy = None           # {"version", "client"} once initialize is answered
         self.queue = None
@@ -941,6 +940,7 @@ class Transport:
             waiting = len(self.in_flight)
         # One more worker whenever every worker is taken, up to WORKERS.
         if waiting > len(self.workers) and len(self.workers) < WORKERS:
+            import threading
             worker = threading.Thread(target=self.work, name="memprove-call", daemon=True)
             self.workers.append(worker)
             worker.start()
@@ -1002,7 +1002,7 @@ class Roots:
 
     def __init__(self, transport):
         self.transport = transport
-        self.changed = threading.Condition()
+        self.changed = None          # a Condition, made when a client first declares roots
         self.declared = False
         self.asked = 0               # requests sent, numbering their ids
         self.pending = set()         # numbers not yet answered
@@ -1012,17 +1012,22 @@ class Roots:
 
     def declare(self, capabilities):
         """An initialize (again): the new session's capability, nothing kept."""
+        declared = isinstance(capabilities, dict) and isinstance(capabilities.get("roots"), dict)
+        if not declared and self.changed is None:
+            return                       # never declared in this process: nothing to undo
+        if self.changed is None:
+            import threading
+            self.changed = threading.Condition()
         with self.changed:
-            self.declared = isinstance(capabilities, dict) and \
-                isinstance(capabilities.get("roots"), dict)
+            self.declared = declared
             self.pending.clear()
             self.answered, self.start = self.asked, None
             self.changed.notify_all()
 
     def ask(self):
+        if not self.declared:
+            return
         with self.changed:
-            if not self.declared:
-                return
             self.asked += 1
             number = self.asked
             self.pending.add(number)
@@ -1037,6 +1042,8 @@ class Roots:
                 and DIGITS.match(request_id[len(self.PREFIX):]) and len(request_id) < 40):
             return
         number = int(request_id[len(self.PREFIX):])
+        if self.changed is None:
+            return                       # we never asked
         try:
             start = roots_start_directory(message.get("result"))
         except ValueError:
@@ -1051,9 +1058,9 @@ class Roots:
 
     def for_call(self):
         """The start directory roots give a call now, or None."""
+        if not self.declared:
+            return None
         with self.changed:
-            if not self.declared:
-                return None
             while self.pending:
                 remaining = self.asked_at + ROOTS_WAIT - time.monotonic()
                 if remaining <= 0:
@@ -2857,7 +2864,7 @@ class LostAnswer(Exception):
 
 class DaemonClient:
     def __init__(self, url, token, timeout):
-        self.host, self.port, self.address, self.base = check_daemon_url(url)
+        self.host, self.port, self.addresses, self.base = check_daemon_url(url)
         self.token = token
         self.timeout = timeout
 
@@ -2902,9 +2909,19 @@ class DaemonClient:
         """Send one request; return (status, body) within the timeout."""
         import socket
         deadline = time.monotonic() + self.timeout
-        try:
-            connection = socket.create_connection((self.address, self.port), timeout=self.timeout)
-        except OSError:
+        connection = None
+        for address in self.addresses:     # `localhost` may be ::1 first, the daemon on 127.0.0.1
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Problem("daemon_timeout")
+            try:
+                connection = socket.create_connection((address, self.port), timeout=remaining)
+                break
+            except socket.timeout:
+                raise Problem("daemon_timeout")
+            except OSError:
+                continue
+        if connection is None:
             raise Problem("daemon_unavailable")
         try:
             answer = Answer(connection, deadline)
@@ -3088,7 +3105,7 @@ def interpret_answer(status, data):
 
 
 def check_daemon_url(url):
-    """Return (Host header, port, address to connect to, base path) or refuse."""
+    """Return (Host header, port, addresses to connect to, base path) or refuse."""
     from urllib.parse import urlsplit
     if not all("!" <= char <= "~" for char in url):
         raise Problem("daemon_address_refused")   # it would not fit in a request line
@@ -3100,12 +3117,12 @@ def check_daemon_url(url):
     if parts.scheme != "http" or not host or "@" in parts.netloc or port == 0:
         raise Problem("daemon_address_refused")
     if host == "localhost":
-        address = resolve_loopback(host, port)
+        addresses = resolve_loopback(host, port)
     elif is_loopback(host):
-        address = host
+        addresses = (host,)
     else:
         raise Problem("daemon_address_refused")
-    return parts.netloc, port, address, parts.path.rstrip("/")
+    return parts.netloc, port, addresses, parts.path.rstrip("/")
 
 
 def is_loopback(host):
@@ -3117,15 +3134,19 @@ def is_loopback(host):
 
 
 def resolve_loopback(host, port):
+    """The loopback addresses `host` resolves to, in order; any other is never used."""
     import socket
     try:
         found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
     except OSError:
         raise Problem("daemon_unavailable")
+    addresses = []
     for family, _, _, _, sockaddr in found:
-        if is_loopback(sockaddr[0]):
-            return sockaddr[0]
-    raise Problem("daemon_address_refused")
+        if is_loopback(sockaddr[0]) and sockaddr[0] not in addresses:
+            addresses.append(sockaddr[0])
+    if not addresses:
+        raise Problem("daemon_address_refused")
+    return tuple(addresses)
 
 
 # ---------------------------------------------------------------------------
@@ -3265,6 +3286,7 @@ def render_pack(capsule, budget=6000, query=None):
     Lines are built only as far as the budget reaches (and for the query, which
     must see them all), so a large Capsule costs little more than its filtering.
     """
+    from bisect import bisect_right
     header = pack_header(capsule)
     sections, records = pack_candidates(capsule)
     lines = [None] * len(records)                     # (capped line, cut), built on demand

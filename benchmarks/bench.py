@@ -17,6 +17,10 @@ ratio to the row's baseline, the target and whether it was met.
   (`mcp` 2.3.0, installed once into a cached virtual environment under
   ~/.cache/memprove-mcp-bench or $MEMPROVE_BENCH_CACHE; the row is skipped
   with the reason when it cannot be installed).
+- Cold start under the newest Python found (pyenv, PATH, or tests/pythons.sh's
+  chroot: 3.15 today) against `python3.X -I -c pass` on that same one: the .pyz
+  with its bytecode for it, and without it (what the next Python sees): the first
+  start, which compiles and caches the bytecode, and the second, from the cache.
 - Per-call overhead: `context`, `tasks`, `pack`, `checkpoint` through the
   server against the bare daemon round trips of the same operations made
   with urllib (`context` makes no daemon request: its baseline is a `ping`
@@ -871,6 +875,143 @@ def phase_cold(setting, pyz, quick, report, use_sdk):
     return samples
 
 
+# ---------------------------------------------------------------------------
+# Phase 1b: cold start under the newest interpreter, first and second start
+# ---------------------------------------------------------------------------
+
+def pythons_bin():
+    """Where tests/pythons.sh puts its wrappers (as tests/conftest.py finds them)."""
+    if os.environ.get("MEMPROVE_TEST_PYTHONS_BIN"):
+        return os.environ["MEMPROVE_TEST_PYTHONS_BIN"]
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "memprove-mcp-pythons", "bin")
+
+
+def newest_python():
+    """(minor, argv prefix, wrapper or None, label) of the newest CPython 3.X found:
+    pyenv, python3.X on PATH, or tests/pythons.sh's chroot (entered with chroot(1)
+    rather than through its wrapper, so that no shell start is timed; the server
+    finds its Workspace through CLAUDE_PROJECT_DIR, so the chroot's "/" working
+    directory does not matter).  None when there is none."""
+    import glob
+    import re
+    found = {}
+    roots = [os.environ.get("PYENV_ROOT"), os.path.expanduser("~/.pyenv")]
+    for root in filter(None, roots):
+        for path in glob.glob(os.path.join(root, "versions", "3.*.*", "bin", "python3.*")):
+            match = re.search(r"python3\.([0-9]+)$", path)
+            if match and os.access(path, os.X_OK):
+                found.setdefault(int(match.group(1)), ([path], None))
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        if "shims" in directory.split(os.sep):
+            continue
+        for path in glob.glob(os.path.join(directory, "python3.*")):
+            match = re.search(r"python3\.([0-9]+)$", path)
+            if match and os.access(path, os.X_OK):
+                found.setdefault(int(match.group(1)), ([path], None))
+    chroot = os.path.join(os.path.dirname(pythons_bin()), "sid")
+    for path in glob.glob(os.path.join(pythons_bin(), "python3.*")):
+        match = re.search(r"python3\.([0-9]+)$", path)
+        inside = "/usr/bin/" + os.path.basename(path)
+        if match and int(match.group(1)) not in found:
+            if hasattr(os, "geteuid") and os.geteuid() == 0 and os.path.isfile(chroot + inside) \
+                    and shutil.which("chroot"):
+                found[int(match.group(1))] = ([shutil.which("chroot"), chroot, inside], path)
+            else:
+                found[int(match.group(1))] = ([path], path)
+    if not found or max(found) < 6:
+        return None
+    minor = max(found)
+    argv, wrapper = found[minor]
+    label = " ".join(argv) if wrapper is None or len(argv) == 1 else \
+        "%s in the chroot %s (through chroot(1), in the floor too)" % (argv[2], argv[1])
+    return "3.%d" % minor, argv, wrapper, label
+
+
+def build_pyz_for(folder, name, args):
+    output = os.path.join(folder, name)
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "build_zipapp.py"), "--output", output]
+                          + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    if done.returncode != 0 or not os.path.isfile(output):
+        raise BenchError("build_zipapp.py failed: %s" % done.stderr.decode("utf-8", "replace")[-500:])
+    return output
+
+
+def phase_cold_newest(setting, quick, report):
+    """Cold start under the newest Python found against `python3.X -I -c pass` on the
+    same one: with the .pyz's own bytecode for it, and without (the next Python the
+    build does not know yet): the first start, which compiles and caches, and the
+    second, from the user's bytecode cache."""
+    newest = newest_python()
+    if newest is None:
+        report.skipped.append("cold start under the newest Python: none found")
+        return
+    minor, py, wrapper, label = newest
+    tag = "cpython-" + minor.replace(".", "")
+    # The build runs the interpreter itself: through its wrapper when it is the chroot's.
+    builder = wrapper or py[0]
+    shipped = build_pyz_for(setting.folder, "shipped-%s.pyz" % minor, ["--python", builder])
+    unknown = build_pyz_for(setting.folder, "unknown-%s.pyz" % minor,
+                            ["--python", builder, "--exclude-tag", tag])
+    cwd = setting.workspaces["reads"]
+    warm = os.path.join(setting.folder, "xdg-warm")
+    base = setting.env("reads")
+    env_warm = dict(base, XDG_CACHE_HOME=warm)
+    fresh = [0]
+
+    def env_first():
+        fresh[0] += 1
+        return dict(base, XDG_CACHE_HOME=os.path.join(setting.folder, "xdg-first-%d" % fresh[0]))
+    # Untimed: warm the cache, and check that the shipped .pyz needs none.
+    spawn_until_answer(py + [unknown, "mcp", "serve"], [DISCOVER_LINE], env_warm, cwd, discovered)
+    probe = os.path.join(warm, "memprove-mcp")
+    if not os.path.isdir(probe) or not any(name.endswith(tag + ".pyc") for name in os.listdir(probe)):
+        raise BenchError("the first start under Python %s cached no bytecode in %s" % (minor, probe))
+    variants = [
+        ("floor", py + ["-I", "-c", "pass"], None, None, lambda: base),
+        ("discover_shipped", py + [shipped, "mcp", "serve"], [DISCOVER_LINE], discovered,
+         lambda: base),
+        ("initialize_shipped", py + [shipped, "mcp", "serve"], [INITIALIZE_LINE], initialized,
+         lambda: base),
+        ("discover_first", py + [unknown, "mcp", "serve"], [DISCOVER_LINE], discovered, env_first),
+        ("initialize_first", py + [unknown, "mcp", "serve"], [INITIALIZE_LINE], initialized,
+         env_first),
+        ("discover_second", py + [unknown, "mcp", "serve"], [DISCOVER_LINE], discovered,
+         lambda: env_warm),
+        ("initialize_second", py + [unknown, "mcp", "serve"], [INITIALIZE_LINE], initialized,
+         lambda: env_warm),
+    ]
+    reps = PLAN["cold"][quick]
+    samples = dict((variant[0], []) for variant in variants)
+    rng = random.Random(2)
+    progress("cold start under Python %s: %d repetitions of %d variants" % (minor, reps, len(variants)))
+    for _ in range(reps):
+        order = list(variants)
+        rng.shuffle(order)
+        for name, argv, lines, check, env in order:
+            samples[name].append(spawn_until_answer(argv, lines, env(), cwd, check))
+    floor = median(samples["floor"])
+    report.section("Cold start under the newest Python found: %s" % label)
+    report.add("`python%s -I -c pass`, until it exits: **the floor**" % minor, ms(floor),
+               ms(percentile(samples["floor"], 0.9)), "baseline")
+    rows = (
+        ("discover_shipped", "`.pyz` with its bytecode for %s → `server/discover`" % tag, "info"),
+        ("initialize_shipped", "`.pyz` with its bytecode for %s → `initialize`" % tag, "info"),
+        ("discover_first", "`.pyz` without it, **first start** (compiles, caches) → `server/discover`",
+         "info"),
+        ("initialize_first", "`.pyz` without it, **first start** → `initialize`", "info"),
+        ("discover_second", "`.pyz` without it, **second start** (from the cache) → `server/discover`",
+         "≤ 1.5× floor"),
+        ("initialize_second", "`.pyz` without it, **second start** → `initialize`", "≤ 1.5× floor"),
+    )
+    for name, text, target in rows:
+        value = median(samples[name])
+        versus = "%s floor (%+.1f ms)" % (ratio_text(value / floor), (value - floor) * 1000)
+        met = value / floor <= 1.5 if target != "info" else None
+        report.add(text, ms(value), ms(percentile(samples[name], 0.9)), versus, target, met)
+    return samples
+
+
 def short_python():
     return "Python %s at %s" % (platform.python_version(), sys.executable)
 
@@ -1038,7 +1179,9 @@ def phase_pack_e2e(setting, pyz, quick, report, capsule):
         setting.daemon.serve_capsule(task_id, {"capsule": served})
         try:
             _, result = server.call("pack")
-            claims_shown = result["structuredContent"]["claims_shown"]
+            # The Pack's figures: in `_meta` since the pack result became text for the model.
+            figures = result.get("structuredContent") or result["_meta"]["memprove/pack"]
+            claims_shown = figures["claims_shown"]
             variants = {"pack": lambda: server.call("pack")[0],
                         "bare": lambda: timed(setting.bare.capsule, task_id)}
             reps = PLAN["pack_e2e"][quick]
@@ -1175,6 +1318,7 @@ def main(argv=None):
             gc.freeze()          # the Capsules are not garbage: keep collections from walking them
         setting = Setting(folder)
         phase_cold(setting, pyz, quick, report, not args.no_sdk)
+        phase_cold_newest(setting, quick, report)
         phase_calls(setting, pyz, quick, report)
         setting.daemon.clear_ops()
         phase_pack(quick, report, capsules)

@@ -11,12 +11,15 @@ import importlib.util
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from conftest import PYTHON_VERSIONS, find_python, require_python
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "build_zipapp.py"
@@ -37,16 +40,17 @@ def entry_names(archive):
 
 VERSION_LINE = re.compile(r"^memprove-mcp \S+ \(([0-9a-f]{12})\)$")
 BUILT_LINE = re.compile(r"^built (.+) \((\d+) bytes, sha256 ([0-9a-f]{64})\)$")
-GUARD_LINE = re.compile(r"^memprove-mcp needs Python 3\.8 or newer; this is Python (\d+\.\d+\.\d+)\.$")
+GUARD_LINE = re.compile(r"^memprove-mcp needs Python 3\.6 or newer; this is Python (\d+\.\d+\.\d+)\.$")
 
 needs_real_module = pytest.mark.skipif(
     not REAL_MODULE.is_file(),
     reason="memprove_mcp.py is not in the repository yet; --version comes from it")
 
 # A stand-in for memprove_mcp.py: same --version contract (digest of its own
-# source, read through the zip's loader), and syntax that Python < 3.8 cannot
-# parse (the walrus), so a guard that lets an old interpreter through shows up
-# as a SyntaxError instead of passing by luck.
+# source, read through the zip's loader), and an f-string, which Python < 3.6
+# cannot parse, so a guard that lets an old interpreter through shows up as a
+# SyntaxError instead of passing by luck.  `origin` prints where its bytecode
+# came from (BYTECODE_ORIGIN, set by __main__.py) and how it was loaded.
 STAND_IN = b'''\
 # memprove_mcp stand-in for the build tests
 import hashlib
@@ -55,27 +59,23 @@ import sys
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    if (words := argv) == ["--version"]:
+    if argv == ["--version"]:
         data = __loader__.get_data("memprove_mcp.py")   # the source, even when run from bytecode
-        sys.stdout.write("memprove-mcp 0.0.0+stand-in (%s)\\n" % hashlib.sha256(data).hexdigest()[:12])
+        sys.stdout.write(f"memprove-mcp 0.0.0+stand-in ({hashlib.sha256(data).hexdigest()[:12]})\\n")
         return 0
-    sys.stderr.write("stand-in: unexpected %r\\n" % (words,))
+    if argv == ["origin"]:
+        module = sys.modules[__name__]
+        sys.stdout.write("%s %s %s %s\\n" % (
+            globals().get("BYTECODE_ORIGIN", "source"), __name__, module.__spec__.name,
+            main.__code__.co_filename))
+        return 0
+    sys.stderr.write("stand-in: unexpected %r\\n" % (argv,))
     return 2
 '''
 
-OLD_PYTHONS = [
-    ("3.7.16", "python3.7"),
-    ("3.6.15", "python3.6"),
-    ("2.7.18", "python2.7"),
-]
-SUPPORTED_PYTHONS = [
-    ("3.8.18", "python3.8"),
-    ("3.9.18", "python3.9"),
-    ("3.10.13", "python3.10"),
-    ("3.11.7", "python3.11"),
-    ("3.12.1", "python3.12"),
-    ("3.13.0", "python3.13"),
-]
+OLD_PYTHONS = [("2.7.18", "python2.7")]     # 3.0-3.5 are not in pyenv here
+# The build script itself runs on 3.7 and newer (3.6's zipfile has no compresslevel).
+BUILD_VERSIONS = [v for v in PYTHON_VERSIONS if v != "3.6"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,12 +108,25 @@ def pyenv_python(version, name, strict_in_ci):
     """The pyenv interpreter's path; skip when absent (fail instead under CI=true)."""
     path = find_pyenv_python(version, name)
     if path is None:
-        message = "%s %s is not installed (looked under %s)" % (
-            name, version, ", ".join(str(root / "versions") for root in pyenv_roots()))
+        message = "%s %s is not installed (looked under %s); get it with: pyenv install %s" % (
+            name, version, ", ".join(str(root / "versions") for root in pyenv_roots()), version)
         if strict_in_ci and os.environ.get("CI") == "true":
             pytest.fail(message + "; CI=true requires it")
         pytest.skip(message)
     return path
+
+
+def found_pythons():
+    """{minor: path} of every Python 3.6-3.15 the tests have."""
+    return {minor: find_python(minor) for minor in PYTHON_VERSIONS if find_python(minor)}
+
+
+def python_args():
+    """--python for every interpreter the tests have, as the `pyz` fixture passes them."""
+    args = []
+    for path in found_pythons().values():
+        args += ["--python", path]
+    return args
 
 
 def sha256(data):
@@ -128,20 +141,24 @@ def run_build(*args, cwd, umask=None, python=sys.executable, script=BUILD_SCRIPT
         preexec_fn=None if umask is None else (lambda: os.umask(umask)))
 
 
-def build(tmp_path, source_bytes=STAND_IN, name="memprove_mcp.pyz", out_dir=None):
+def build(tmp_path, source_bytes=STAND_IN, name="memprove_mcp.pyz", out_dir=None, args=()):
     """Build from source_bytes with --source/--output in tmp_path; return the .pyz path."""
     source_dir = tmp_path / "src"
     source_dir.mkdir(parents=True, exist_ok=True)
     source = source_dir / "memprove_mcp.py"
     source.write_bytes(source_bytes)
     output = (out_dir or tmp_path / "out") / name
-    done = run_build("--source", source, "--output", output, cwd=tmp_path)
+    done = run_build("--source", source, "--output", output, *args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     return output
 
 
 def run_pyz(command, cwd, env=None):
+    """Run a .pyz; by default in this environment with the bytecode cache in cwd,
+    never the user's."""
+    if env is None:
+        env = dict(os.environ, XDG_CACHE_HOME=str(Path(cwd) / "xdg-cache"))
     return subprocess.run(command, cwd=str(cwd), capture_output=True, text=True,
                           timeout=120, env=env)
 
@@ -244,22 +261,38 @@ def test_two_builds_in_a_row_are_identical(tmp_path):
     assert first.read_bytes() == second.read_bytes()
 
 
-def test_build_script_runs_and_agrees_on_every_supported_python(tmp_path):
-    """build_zipapp.py runs on 3.8-3.13 and every one builds the same bytes."""
-    reference = build(tmp_path, name="reference.pyz").read_bytes()
-    ran = []
-    for version, name in SUPPORTED_PYTHONS:
-        path = find_pyenv_python(version, name)
-        if path is None:
-            continue
-        output = tmp_path / ("built-by-%s.pyz" % version)
-        done = run_build("--source", tmp_path / "src" / "memprove_mcp.py", "--output", output,
-                         cwd=tmp_path, python=path)
-        assert done.returncode == 0, (version, done.stderr)
-        assert output.read_bytes() == reference, "Python %s built different bytes" % version
-        ran.append(version)
-    if not ran:
-        pytest.skip("no pyenv Python 3.8-3.13 found under %s" % ", ".join(map(str, pyenv_roots())))
+@pytest.mark.parametrize("minor", BUILD_VERSIONS, ids=["py" + v for v in BUILD_VERSIONS])
+def test_build_script_runs_and_agrees_on_every_python(tmp_path, minor):
+    """build_zipapp.py runs on 3.7-3.15 and every one writes the same zip.  The
+    script and source are copied under tmp_path (under /tmp), where the chroot's
+    interpreters can read them too; --no-bytecode, since a chroot's build sees
+    other interpreters than the host's."""
+    python = require_python(minor)
+    script = tmp_path / "build_zipapp.py"
+    shutil.copy(str(BUILD_SCRIPT), str(script))
+    source = tmp_path / "memprove_mcp.py"
+    source.write_bytes(STAND_IN)
+    reference = run_build("--source", source, "--output", tmp_path / "reference.pyz",
+                          "--no-bytecode", cwd=tmp_path, script=script)
+    assert reference.returncode == 0, reference.stderr
+    done = run_build("--source", "memprove_mcp.py", "--output", "theirs.pyz", "--no-bytecode",
+                     cwd=tmp_path, python=python, script="build_zipapp.py")
+    assert done.returncode == 0, (minor, done.stderr)
+    assert (tmp_path / "theirs.pyz").read_bytes() == (tmp_path / "reference.pyz").read_bytes(), \
+        "Python %s built different bytes" % minor
+
+
+def test_bytecode_of_every_python_is_reproducible(tmp_path):
+    """Two builds with every interpreter the tests have write the same bytes."""
+    first = build(tmp_path, REAL_MODULE.read_bytes() if REAL_MODULE.is_file() else STAND_IN,
+                  name="first.pyz", args=python_args())
+    second = build(tmp_path, REAL_MODULE.read_bytes() if REAL_MODULE.is_file() else STAND_IN,
+                   name="second.pyz", args=python_args())
+    assert first.read_bytes() == second.read_bytes()
+    with zipfile.ZipFile(str(first)) as archive:
+        names = entry_names(archive)
+    for minor in found_pythons():
+        assert "pyc/%s/memprove_mcp.pyc" % cache_tag(minor) in names
 
 
 # --- the archive's layout ---------------------------------------------------
@@ -282,7 +315,12 @@ def test_archive_layout(tmp_path):
         assert archive.read("memprove_mcp.py") == STAND_IN
         main_py = archive.read("__main__.py")
     main_py.decode("ascii")       # Python 2 refuses non-ASCII source without a coding line
-    assert main_py.index(b"version_info < (3, 8)") < main_py.index(b"import memprove_mcp")
+    assert main_py.index(b"version_info < (3, 6)") < main_py.index(b"def load")
+    # The digest of the packed source, written in by the build.
+    assert ('SOURCE_SHA256 = "%s"' % sha256(STAND_IN)).encode() in main_py
+    # Nothing costly at start: only what running a zipapp has already imported.
+    imported = set(re.findall(rb"^\s*import ([\w.]+)", main_py, re.M))
+    assert imported <= {b"sys", b"os", b"marshal", b"zlib", b"importlib.util"}, imported
 
 
 def test_module_is_copied_byte_for_byte(tmp_path):
@@ -303,24 +341,16 @@ def test_real_module_is_packed_as_is(tmp_path):
     with zipfile.ZipFile(str(pyz)) as archive:
         names = entry_names(archive)
         assert archive.read("memprove_mcp.py") == source
-    # Bytecode of every supported Python this machine has, and of this one.
-    for version, name in SUPPORTED_PYTHONS:
-        if find_pyenv_python(version, name) is not None:
-            assert "pyc/%s/memprove_mcp.pyc" % cache_tag(name) in names
+    # Bytecode of every Python the build finds by itself (pyenv, PATH), and of this one.
+    for minor, path in found_pythons().items():
+        if "memprove-mcp-pythons" not in path:       # the chroot wrappers are given, not found
+            assert "pyc/%s/memprove_mcp.pyc" % cache_tag(minor) in names
     assert "pyc/%s/memprove_mcp.pyc" % sys.implementation.cache_tag in names
 
 
-def cache_tag(name):
-    """python3.11 -> cpython-311, the folder its bytecode goes in."""
-    return "cpython-" + name[len("python"):].replace(".", "")
-
-
-def imported_from(done):
-    """The -v line that says where memprove_mcp was imported from."""
-    lines = [line for line in done.stderr.decode().splitlines()
-             if line.startswith("import") and "memprove_mcp" in line]
-    assert len(lines) == 1, lines
-    return lines[0]
+def cache_tag(minor):
+    """3.11 -> cpython-311, the folder its bytecode goes in."""
+    return "cpython-" + minor.replace(".", "")
 
 
 def test_no_bytecode_packs_the_source_alone(tmp_path):
@@ -333,24 +363,47 @@ def test_no_bytecode_packs_the_source_alone(tmp_path):
         assert [info.filename for info in archive.infolist()] == ENTRY_NAMES
 
 
+@pytest.fixture(scope="module")
+def stand_in_with_all(tmp_path_factory):
+    """The stand-in built with the bytecode of every interpreter the tests have."""
+    return build(tmp_path_factory.mktemp("all"), args=python_args())
+
+
+def origin(done):
+    """(BYTECODE_ORIGIN, __name__, spec name, co_filename) the stand-in printed."""
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    return tuple(done.stdout.split())
+
+
+@pytest.mark.parametrize("minor", PYTHON_VERSIONS, ids=["py" + v for v in PYTHON_VERSIONS])
+def test_each_python_runs_its_shipped_bytecode(stand_in_with_all, tmp_path, minor):
+    """pyc/<cache tag>/memprove_mcp.pyc is what runs: nothing compiled, nothing cached."""
+    python = require_python(minor)
+    done = run_pyz([python, str(stand_in_with_all), "origin"], cwd=tmp_path)
+    assert origin(done) == ("shipped", "memprove_mcp", "memprove_mcp", "memprove_mcp.py")
+    assert_version(run_pyz([python, str(stand_in_with_all), "--version"], cwd=tmp_path), STAND_IN)
+    assert not (tmp_path / "xdg-cache").exists()
+
+
 @needs_real_module
-@pytest.mark.parametrize("version,name", SUPPORTED_PYTHONS)
-def test_each_python_imports_its_own_bytecode(tmp_path, version, name):
-    """zipimport takes pyc/<cache tag>/memprove_mcp.pyc, so nothing is compiled at start."""
-    python = pyenv_python(version, name, strict_in_ci=True)
-    source = REAL_MODULE.read_bytes()
-    pyz = build(tmp_path, source)
-    done = subprocess.run([python, "-v", str(pyz), "--version"], cwd=str(tmp_path),
+@pytest.mark.parametrize("minor", PYTHON_VERSIONS, ids=["py" + v for v in PYTHON_VERSIONS])
+def test_each_python_starts_the_real_module_from_its_bytecode(pyz, tmp_path, minor):
+    """The session's .pyz (bytecode of all ten) answers --version under each
+    Python without compiling: no bytecode cache appears."""
+    python = require_python(minor)
+    done = subprocess.run([python, str(pyz), "--version"], cwd=str(tmp_path),
+                          env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    assert done.returncode == 0
-    assert VERSION_LINE.match(done.stdout.decode().strip()).group(1) == sha256(source)[:12]
-    assert "/pyc/%s/" % cache_tag(name) in imported_from(done)
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(str(pyz)) as archive:
+        packed = archive.read("memprove_mcp.py")     # the module may have changed since
+    assert VERSION_LINE.match(done.stdout.decode().strip()).group(1) == sha256(packed)[:12]
+    assert not (tmp_path / ".cache").exists()
 
 
-@needs_real_module
 def test_bytecode_with_a_foreign_magic_falls_back_to_the_source(tmp_path):
-    source = REAL_MODULE.read_bytes()
-    pyz = build(tmp_path, source)
+    pyz = build(tmp_path)
     mine = "pyc/%s/memprove_mcp.pyc" % sys.implementation.cache_tag
     spoiled = tmp_path / "spoiled.pyz"
     with zipfile.ZipFile(str(pyz)) as original, zipfile.ZipFile(str(spoiled), "w") as copy:
@@ -358,11 +411,202 @@ def test_bytecode_with_a_foreign_magic_falls_back_to_the_source(tmp_path):
             data = original.read(info.filename)
             copy.writestr(info, b"\0\0\r\n" + data[4:] if info.filename == mine else data)
     assert mine in zipfile.ZipFile(str(spoiled)).namelist()
-    done = subprocess.run([sys.executable, "-v", str(spoiled), "--version"], cwd=str(tmp_path),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
-    assert done.returncode == 0
-    assert VERSION_LINE.match(done.stdout.decode().strip()).group(1) == sha256(source)[:12]
-    assert "/pyc/" not in imported_from(done)
+    done = run_pyz([sys.executable, str(spoiled), "origin"], cwd=tmp_path)
+    assert origin(done)[0] == "compiled"
+    assert_version(run_pyz([sys.executable, str(spoiled), "--version"], cwd=tmp_path), STAND_IN)
+
+
+# --- the bytecode cache (contract.md section 5) ------------------------------
+
+def without_own_bytecode(tmp_path, python=None, source=STAND_IN):
+    """A .pyz without the bytecode of `python`'s cache tag: to it, an unknown Python."""
+    python = python or sys.executable
+    tag = subprocess.run([python, "-c", "import sys; print(sys.implementation.cache_tag)"],
+                         cwd="/tmp", stdout=subprocess.PIPE, timeout=60).stdout.decode().strip()
+    pyz = build(tmp_path, source, name="unknown.pyz", args=["--exclude-tag", tag] + python_args())
+    with zipfile.ZipFile(str(pyz)) as archive:
+        assert "pyc/%s/memprove_mcp.pyc" % tag not in archive.namelist()
+    return pyz, tag
+
+
+def cache_env(tmp_path, cache_home, extra=None):
+    """A clean environment whose user cache directory is cache_home."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path / "home"),
+           "LANG": "C.UTF-8"}
+    if cache_home is not None:
+        env["XDG_CACHE_HOME"] = str(cache_home)
+    env.update(extra or {})
+    return env
+
+
+def cache_file(cache_home, tag, source=STAND_IN):
+    return cache_home / "memprove-mcp" / ("memprove_mcp-%s.%s.pyc" % (sha256(source), tag))
+
+
+def start(python, pyz, tmp_path, env, *flags):
+    done = run_pyz([python] + list(flags) + [str(pyz), "origin"], cwd=tmp_path, env=env)
+    return origin(done)[0]
+
+
+def newest_python():
+    found = found_pythons()
+    return found[max(found, key=lambda minor: tuple(map(int, minor.split("."))))]
+
+
+@pytest.mark.parametrize("which", ["this", "newest"])
+def test_unknown_python_compiles_once_then_starts_from_the_cache(tmp_path, which):
+    python = sys.executable if which == "this" else newest_python()
+    pyz, tag = without_own_bytecode(tmp_path, python)
+    cache_home = tmp_path / "xdg"
+    env = cache_env(tmp_path, cache_home)
+    assert start(python, pyz, tmp_path, env) == "compiled"
+    cached = cache_file(cache_home, tag)
+    assert cached.is_file()
+    assert stat.S_IMODE(cached.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(cached.stat().st_mode) == 0o600
+    assert sorted(p.name for p in cached.parent.iterdir()) == [cached.name]   # no temporary left
+    before = cached.read_bytes()
+    assert start(python, pyz, tmp_path, env) == "cached"
+    assert start(python, pyz, tmp_path, env) == "cached"
+    assert cached.read_bytes() == before
+    # A standard hash-based .pyc of this source (plus a CRC-32 trailer).
+    header = subprocess.run(
+        [python, "-c", "import importlib.util as u, sys; sys.stdout.buffer.write("
+         "u.MAGIC_NUMBER + b'\\3\\0\\0\\0' + u.source_hash(open(sys.argv[1], 'rb').read()))",
+         str(tmp_path / "src" / "memprove_mcp.py")],
+        cwd=str(tmp_path), stdout=subprocess.PIPE, timeout=60).stdout
+    assert before[:16] == header
+    assert_version(run_pyz([python, str(pyz), "--version"], cwd=tmp_path, env=env), STAND_IN)
+
+
+def test_the_cache_defaults_to_home_dot_cache(tmp_path):
+    pyz, tag = without_own_bytecode(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    for cache_home in (None, "", "relative/cache"):      # unset, empty, relative: ignored
+        env = cache_env(tmp_path, cache_home)
+        assert start(sys.executable, pyz, tmp_path, env) in ("compiled", "cached")
+        assert cache_file(home / ".cache", tag).is_file()
+    assert not (tmp_path / "relative").exists()
+    assert sorted(p.name for p in home.iterdir()) == [".cache"]
+
+
+@pytest.mark.parametrize("damage", ["bit flipped in the code", "truncated", "empty",
+                                    "header only", "trailer wrong"])
+def test_a_damaged_cache_file_is_ignored_and_replaced(tmp_path, damage):
+    pyz, tag = without_own_bytecode(tmp_path)
+    cache_home = tmp_path / "xdg"
+    env = cache_env(tmp_path, cache_home)
+    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
+    cached = cache_file(cache_home, tag)
+    good = cached.read_bytes()
+    if damage == "bit flipped in the code":
+        # In the marshalled code, where only the CRC-32 trailer can see it.
+        at = good.index(b"stand-in: unexpected")
+        bad = good[:at] + bytes([good[at] ^ 0x20]) + good[at + 1:]
+    elif damage == "truncated":
+        bad = good[:len(good) // 2]
+    elif damage == "empty":
+        bad = b""
+    elif damage == "header only":
+        bad = good[:16]
+    else:
+        bad = good[:-4] + bytes(4)
+    cached.write_bytes(bad)
+    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
+    assert cached.read_bytes() == good
+    assert start(sys.executable, pyz, tmp_path, env) == "cached"
+
+
+@pytest.mark.parametrize("foreign", ["another Python's", "another source's"])
+def test_a_foreign_cache_file_is_ignored_and_replaced(tmp_path, foreign):
+    pyz, tag = without_own_bytecode(tmp_path)
+    cache_home = tmp_path / "xdg"
+    env = cache_env(tmp_path, cache_home)
+    cached = cache_file(cache_home, tag)
+    if foreign == "another Python's":
+        # What another interpreter cached for the same source, under this one's name.
+        other = next(path for minor, path in sorted(found_pythons().items())
+                     if cache_tag(minor) != tag)
+        other_pyz, other_tag = without_own_bytecode(tmp_path / "other", other)
+        assert start(other, other_pyz, tmp_path, env) == "compiled"
+        planted = cache_file(cache_home, other_tag).read_bytes()
+    else:
+        # What this interpreter cached for another source, under this source's name.
+        changed = STAND_IN.replace(b"stand-in for the build tests", b"another stand-in, same size")
+        other_pyz, _ = without_own_bytecode(tmp_path / "other", source=changed)
+        assert start(sys.executable, other_pyz, tmp_path, env) == "compiled"
+        planted = cache_file(cache_home, tag, changed).read_bytes()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(planted)
+    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
+    assert cached.read_bytes() != planted
+    assert start(sys.executable, pyz, tmp_path, env) == "cached"
+    assert_version(run_pyz([sys.executable, str(pyz), "--version"], cwd=tmp_path, env=env),
+                   STAND_IN)
+
+
+@pytest.mark.parametrize("how", [["-B"], "PYTHONDONTWRITEBYTECODE"])
+def test_nothing_is_written_under_dont_write_bytecode(tmp_path, how):
+    pyz, tag = without_own_bytecode(tmp_path)
+    cache_home = tmp_path / "xdg"
+    flags, extra = (how, None) if isinstance(how, list) else ([], {how: "1"})
+    env = cache_env(tmp_path, cache_home, extra)
+    assert start(sys.executable, pyz, tmp_path, env, *flags) == "compiled"
+    assert start(sys.executable, pyz, tmp_path, env, *flags) == "compiled"
+    assert not cache_home.exists()
+    # What is already cached is still read, as with any .pyc.
+    assert start(sys.executable, pyz, tmp_path, cache_env(tmp_path, cache_home)) == "compiled"
+    before = cache_file(cache_home, tag).read_bytes()
+    assert start(sys.executable, pyz, tmp_path, env, *flags) == "cached"
+    assert cache_file(cache_home, tag).read_bytes() == before
+
+
+@pytest.mark.parametrize("obstacle", ["a file where the directory goes",
+                                      "a file where the cache home goes"])
+def test_an_unwritable_cache_directory_is_no_error(tmp_path, obstacle):
+    pyz, tag = without_own_bytecode(tmp_path)
+    cache_home = tmp_path / "xdg"
+    if obstacle == "a file where the directory goes":
+        cache_home.mkdir()
+        (cache_home / "memprove-mcp").write_bytes(b"not a directory")
+    else:
+        cache_home.write_bytes(b"not a directory")
+    snapshot = sorted(str(p) for p in tmp_path.rglob("*"))
+    env = cache_env(tmp_path, cache_home)
+    for _ in range(2):
+        assert start(sys.executable, pyz, tmp_path, env) == "compiled"
+        assert_version(run_pyz([sys.executable, str(pyz), "--version"], cwd=tmp_path, env=env),
+                       STAND_IN)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == snapshot
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="needs root: a non-root user cannot make a directory someone else's")
+def test_a_cache_directory_of_another_user_is_neither_read_nor_written(tmp_path):
+    pyz, tag = without_own_bytecode(tmp_path)
+    cache_home = tmp_path / "xdg"
+    env = cache_env(tmp_path, cache_home)
+    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
+    cached = cache_file(cache_home, tag)
+    before = cached.read_bytes()
+    os.chown(str(cached.parent), 65534, 65534)
+    for _ in range(2):
+        assert start(sys.executable, pyz, tmp_path, env) == "compiled"
+    assert cached.read_bytes() == before
+    assert cached.parent.stat().st_uid == 65534
+
+
+def test_a_cache_directory_others_can_write_is_made_private_and_not_trusted(tmp_path):
+    pyz, tag = without_own_bytecode(tmp_path)
+    cache_home = tmp_path / "xdg"
+    env = cache_env(tmp_path, cache_home)
+    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
+    cached = cache_file(cache_home, tag)
+    os.chmod(str(cached.parent), 0o777)
+    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
+    assert stat.S_IMODE(cached.parent.stat().st_mode) == 0o700
+    assert start(sys.executable, pyz, tmp_path, env) == "cached"
 
 
 # --- failures and the command line -------------------------------------------
@@ -411,7 +655,8 @@ def test_usage(tmp_path):
     assert extra.returncode == 2
     helped = run_build("--help", cwd=tmp_path)
     assert helped.returncode == 0
-    for option in ("-o", "--output", "--source", "--help"):
+    for option in ("-o", "--output", "--source", "--python", "--exclude-tag", "--no-bytecode",
+                   "--help"):
         assert option in helped.stdout
 
 
@@ -494,16 +739,17 @@ def test_old_python_gets_one_line_and_status_1(tmp_path, version, name):
 
 @needs_real_module
 def test_old_python_is_refused_before_the_real_module_is_read(tmp_path):
-    python = pyenv_python("3.7.16", "python3.7", strict_in_ci=True)
+    python = pyenv_python("2.7.18", "python2.7", strict_in_ci=True)
     pyz = build(tmp_path, REAL_MODULE.read_bytes())
     done = run_pyz([python, str(pyz), "mcp", "serve"], cwd=tmp_path)
     assert (done.returncode, done.stdout) == (1, "")
     assert GUARD_LINE.match(done.stderr.rstrip("\n")) and done.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("version,name", SUPPORTED_PYTHONS, ids=[n for _, n in SUPPORTED_PYTHONS])
-def test_supported_python_passes_the_guard(tmp_path, version, name):
-    """The positive control: 3.8 and newer are let through to main()."""
-    python = pyenv_python(version, name, strict_in_ci=False)
-    pyz = build(tmp_path)
+@pytest.mark.parametrize("minor", PYTHON_VERSIONS, ids=["py" + v for v in PYTHON_VERSIONS])
+def test_supported_python_passes_the_guard(tmp_path, minor):
+    """The positive control: 3.6 and newer are let through to main(), from the
+    source when the archive has no bytecode."""
+    python = require_python(minor)
+    pyz = build(tmp_path, args=["--no-bytecode"])
     assert_version(run_pyz([python, str(pyz), "--version"], cwd=tmp_path), STAND_IN)

@@ -444,7 +444,8 @@ CLIENTS = {
         user_files=(("~", (".cline", "data", "settings", "cline_mcp_settings.json"), ()),)),
     "continue": client(
         "yaml", continue_entry,
-        "~/.continue/config.yaml, or a block file in the project's .continue/mcpServers/",
+        # The `cn` CLI (1.5.47, tried) reads no block file in .continue/mcpServers/.
+        "~/.continue/config.yaml, or a file you pass to `cn --config`",
         user_files=(("root", (".continue", "mcpServers"), ()),
                     ("~", (".continue", "config.yaml"), ()))),
     "amp": client(

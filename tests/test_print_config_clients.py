@@ -106,7 +106,7 @@ WHERE = {
     "gemini": (("~/.gemini/settings.json", "trusted"), (".gemini", "settings.json")),
     "opencode": (("~/.config/opencode/opencode.json",), ("opencode.json",)),
     "cline": (("~/.cline/data/settings/cline_mcp_settings.json",), None),
-    "continue": (("~/.continue/config.yaml", ".continue/mcpServers/"), None),
+    "continue": (("~/.continue/config.yaml", "cn --config"), None),
     "amp": (("~/.config/amp/settings.json",), (".amp", "settings.json")),
     "cursor": (("~/.cursor/mcp.json",), (".cursor", "mcp.json")),
     "vscode": (("mcp.json",), (".vscode", "mcp.json")),

@@ -504,6 +504,16 @@ def hserve(start_server, mcp_log):
     return start
 
 
+def begun_server(hserve, config, title, python=None):
+    """A server (with config, MEMPROVE_TIMEOUT=5), initialized, after a legacy
+    `begin {"new_task": title}` that succeeded: (server, begin's value)."""
+    server = hserve(python=python, config=config, timeout=5)
+    server.initialize()
+    code, value = outcome_of(server.call("begin", {"new_task": title}), "legacy")
+    assert code == "ok", value
+    return server, value
+
+
 # ---------------------------------------------------------------------------
 # A fake daemon whose every answer the test chooses
 # ---------------------------------------------------------------------------

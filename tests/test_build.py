@@ -448,6 +448,17 @@ def start(python, pyz, tmp_path, env, *flags):
     return origin(done)[0]
 
 
+def compiled_once(tmp_path, python=None):
+    """A .pyz unknown to `python`, started once so that it compiles its module and caches
+    it under the cache home tmp_path/xdg: (pyz, env, the cache file)."""
+    python = python or sys.executable
+    pyz, tag = without_own_bytecode(tmp_path, python)
+    cache_home = tmp_path / "xdg"
+    env = cache_env(tmp_path, cache_home)
+    assert start(python, pyz, tmp_path, env) == "compiled"
+    return pyz, env, cache_file(cache_home, tag)
+
+
 def newest_python():
     found = found_pythons()
     return found[max(found, key=lambda minor: tuple(map(int, minor.split("."))))]
@@ -456,11 +467,7 @@ def newest_python():
 @pytest.mark.parametrize("which", ["this", "newest"])
 def test_unknown_python_compiles_once_then_starts_from_the_cache(tmp_path, which):
     python = sys.executable if which == "this" else newest_python()
-    pyz, tag = without_own_bytecode(tmp_path, python)
-    cache_home = tmp_path / "xdg"
-    env = cache_env(tmp_path, cache_home)
-    assert start(python, pyz, tmp_path, env) == "compiled"
-    cached = cache_file(cache_home, tag)
+    pyz, env, cached = compiled_once(tmp_path, python)
     assert cached.is_file()
     assert stat.S_IMODE(cached.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(cached.stat().st_mode) == 0o600
@@ -494,11 +501,7 @@ def test_the_cache_defaults_to_home_dot_cache(tmp_path):
 @pytest.mark.parametrize("damage", ["bit flipped in the code", "truncated", "empty",
                                     "header only", "trailer wrong"])
 def test_a_damaged_cache_file_is_ignored_and_replaced(tmp_path, damage):
-    pyz, tag = without_own_bytecode(tmp_path)
-    cache_home = tmp_path / "xdg"
-    env = cache_env(tmp_path, cache_home)
-    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
-    cached = cache_file(cache_home, tag)
+    pyz, env, cached = compiled_once(tmp_path)
     good = cached.read_bytes()
     if damage == "bit flipped in the code":
         # In the marshalled code, where only the CRC-32 trailer can see it.
@@ -584,11 +587,7 @@ def test_an_unwritable_cache_directory_is_no_error(tmp_path, obstacle):
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                     reason="needs root: a non-root user cannot make a directory someone else's")
 def test_a_cache_directory_of_another_user_is_neither_read_nor_written(tmp_path):
-    pyz, tag = without_own_bytecode(tmp_path)
-    cache_home = tmp_path / "xdg"
-    env = cache_env(tmp_path, cache_home)
-    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
-    cached = cache_file(cache_home, tag)
+    pyz, env, cached = compiled_once(tmp_path)
     before = cached.read_bytes()
     os.chown(str(cached.parent), 65534, 65534)
     for _ in range(2):
@@ -598,11 +597,7 @@ def test_a_cache_directory_of_another_user_is_neither_read_nor_written(tmp_path)
 
 
 def test_a_cache_directory_others_can_write_is_made_private_and_not_trusted(tmp_path):
-    pyz, tag = without_own_bytecode(tmp_path)
-    cache_home = tmp_path / "xdg"
-    env = cache_env(tmp_path, cache_home)
-    assert start(sys.executable, pyz, tmp_path, env) == "compiled"
-    cached = cache_file(cache_home, tag)
+    pyz, env, cached = compiled_once(tmp_path)
     os.chmod(str(cached.parent), 0o777)
     assert start(sys.executable, pyz, tmp_path, env) == "compiled"
     assert stat.S_IMODE(cached.parent.stat().st_mode) == 0o700

@@ -693,6 +693,19 @@ def tool_arguments(draw, schema, labels):
     return args, texts.markers
 
 
+def ascii_context(path):
+    """context.json parsed, once it is seen to be ASCII (contract.md §6 rule 2); None when
+    there is no file to read."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    assert data.isascii(), data[:300]
+    context = json.loads(data.decode("ascii"))
+    assert isinstance(context, dict), context
+    return context
+
+
 class World:
     """A server and the reference daemon with a Task, a Session, claims of every kind
     and two Runs (r1 failed, r2 passed), for the tool fuzz."""
@@ -739,14 +752,8 @@ class World:
 
     def check_context(self, poison):
         """contract.md §6 rule 2: context.json is ASCII JSON, and keeps unknown keys."""
-        path = self.workspace / ".memprove" / "context.json"
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return
-        assert data.isascii(), data[:300]
-        context = json.loads(data.decode("ascii"))
-        if poison is not None:
+        context = ascii_context(self.workspace / ".memprove" / "context.json")
+        if context is not None and poison is not None:
             assert context.get("x-fuzz-other-tool") == poison, context
 
     def ensure_session(self):
@@ -968,12 +975,9 @@ WRONG_VALUES = [None, True, 0, -1, 1.5, "1", "", "x", [], ["x"], {}, {"a": 1}, 5
 
 def _sound_context(path):
     """contract.md §2's context.json: ids non-empty strings, numbers integers >= 1."""
-    try:
-        data = path.read_bytes()
-    except OSError:
+    context = ascii_context(path)
+    if context is None:
         return
-    assert data.isascii(), data[:300]
-    context = json.loads(data.decode("ascii"))
     assert context["version"] == 1
     for key in ("task", "session"):
         record = context.get(key)

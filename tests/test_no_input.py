@@ -25,8 +25,8 @@ import pytest
 
 from conftest import (SAFETY_TIMEOUT, check_stdout_line, clean_env, default_server_python,
                       modern_params, parse_log)
-from hardening_support import (hserve, mcp_log, needs_proc, no_internal_error, outcome_of,
-                               read_json, report)
+from hardening_support import (begun_server, hserve, mcp_log, needs_proc, no_internal_error,
+                               outcome_of, read_json, report)
 
 __all__ = ["hserve", "mcp_log", "no_internal_error"]
 
@@ -76,14 +76,21 @@ def wrapper(tmp_path, name, code):
     return str(path)
 
 
+def warned_about(hserve, config, name, value, timeout=None):
+    """A server started with the environment variable `name` set to `value`, which
+    `context` lists in config.warnings: (server, context's value)."""
+    server = hserve(config=config, timeout=timeout, env={name: value})
+    server.initialize()
+    code, shown = call(server, "context")
+    assert code == "ok", shown
+    assert name in shown["config"]["warnings"], shown["config"]
+    return server, shown
+
+
 @pytest.fixture
 def begun(hserve, config, daemon, workspace):
     """A server with a Task and an open Session in the context."""
-    server = hserve(config=config, timeout=5)
-    server.initialize()
-    code, value = call(server, "begin", {"new_task": "Fixture task"})
-    assert code == "ok", value
-    return server, value
+    return begun_server(hserve, config, "Fixture task")
 
 
 # =============================================================================
@@ -552,11 +559,7 @@ def test_rule7_timeout_out_of_bounds_is_ignored_with_a_warning(hserve, config, d
                                                                 value):
     """§6 rule 7: MEMPROVE_TIMEOUT past 86,400 seconds (or not finite) is ignored with a
     warning in `context`'s config.warnings, and the daemon tools still work."""
-    server = hserve(config=config, env={"MEMPROVE_TIMEOUT": value})
-    server.initialize()
-    code, shown = call(server, "context")
-    assert code == "ok", shown
-    assert "MEMPROVE_TIMEOUT" in shown["config"]["warnings"], shown["config"]
+    server, _ = warned_about(hserve, config, "MEMPROVE_TIMEOUT", value)
     code, value_ = call(server, "begin", {"new_task": "Timeout bounds"})
     assert code == "ok", value_
     assert call(server, "tasks")[0] == "ok"
@@ -577,11 +580,7 @@ def test_rule7_timeout_at_the_bound_is_used(hserve, config, daemon, workspace):
 def test_rule7_parent_session_of_many_digits_is_a_warning(hserve, config, daemon, workspace, value):
     """§6 rule 7: MEMPROVE_PARENT_SESSION has at most 18 digits; a longer one is ignored with
     a warning, never raised on, and `begin` still works."""
-    server = hserve(config=config, timeout=5, env={"MEMPROVE_PARENT_SESSION": value})
-    server.initialize()
-    code, shown = call(server, "context")
-    assert code == "ok", shown
-    assert "MEMPROVE_PARENT_SESSION" in shown["config"]["warnings"], shown["config"]
+    server, _ = warned_about(hserve, config, "MEMPROVE_PARENT_SESSION", value, timeout=5)
     code, begun = call(server, "begin", {"new_task": "Parent digits"})
     assert code == "ok", begun
     assert begun["session"]["parent"] is None
@@ -783,11 +782,7 @@ def test_rule11_too_open_token_file_warns_whatever_it_holds(hserve, config, daem
 
 def test_rule11_agent_name_over_64_characters_is_a_warning(hserve, config, daemon, workspace):
     """§6 rule 11: MEMPROVE_AGENT_NAME over 64 characters is ignored with a warning."""
-    server = hserve(config=config, timeout=5, env={"MEMPROVE_AGENT_NAME": "n" * 65})
-    server.initialize()
-    code, shown = call(server, "context")
-    assert code == "ok", shown
-    assert "MEMPROVE_AGENT_NAME" in shown["config"]["warnings"], shown["config"]
+    server, shown = warned_about(hserve, config, "MEMPROVE_AGENT_NAME", "n" * 65, timeout=5)
     assert shown["agent"]["name_from"] != "environment"
     code, begun = call(server, "begin", {"new_task": "Long agent name"})
     assert code == "ok" and begun["session"]["agent"]["name"] != "n" * 65, begun

@@ -25,8 +25,8 @@ import time
 import pytest
 
 from conftest import SAFETY_TIMEOUT, snapshot
-from hardening_support import (hserve, mcp_log, no_internal_error, outcome_of, read_json,
-                               report, skip_or_fail)
+from hardening_support import (begun_server, hserve, mcp_log, no_internal_error, outcome_of,
+                               read_json, report, skip_or_fail)
 
 __all__ = ["hserve", "mcp_log", "no_internal_error"]
 
@@ -94,17 +94,19 @@ def assert_sound_context(workspace):
     return context
 
 
-@pytest.fixture
-def seeded(hserve, config, daemon, workspace):
+def seed(hserve, config, daemon, workspace, python=None):
     """A server with a Task, a Session, a claim and a passed run; the valid context."""
-    server = hserve(config=config, timeout=5)
-    server.initialize()
-    code, begun = call(server, "begin", {"new_task": "Stress"})
-    assert code == "ok", begun
+    server, begun = begun_server(hserve, config, "Stress", python)
     ledgerd.memprove_run(daemon.url, config.token, str(workspace), begun["session_id"], "pytest", 0)
     assert call(server, "checkpoint")[0] == "ok"
     valid = (memprove_dir(workspace) / "context.json").read_bytes()
     return server, valid
+
+
+@pytest.fixture
+def seeded(hserve, config, daemon, workspace):
+    """A server with a Task, a Session, a claim and a passed run; the valid context."""
+    return seed(hserve, config, daemon, workspace)
 
 
 # =============================================================================
@@ -213,14 +215,7 @@ def _entry_fingerprint(path):
 @pytest.fixture
 def stressed(hserve, config, daemon, workspace, permission_python):
     """Like `seeded`, with the server under permission_python."""
-    server = hserve(python=permission_python, config=config, timeout=5)
-    server.initialize()
-    code, begun = call(server, "begin", {"new_task": "Stress"})
-    assert code == "ok", begun
-    ledgerd.memprove_run(daemon.url, config.token, str(workspace), begun["session_id"], "pytest", 0)
-    assert call(server, "checkpoint")[0] == "ok"
-    valid = (memprove_dir(workspace) / "context.json").read_bytes()
-    return server, valid
+    return seed(hserve, config, daemon, workspace, permission_python)
 
 
 @pytest.mark.parametrize("case", sorted(REGULAR_UNREADABLE) + sorted(SPECIAL_UNREADABLE))

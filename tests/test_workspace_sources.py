@@ -115,16 +115,22 @@ def test_an_unexpanded_variable_is_skipped_with_a_warning(start_server, places, 
     assert server.close() == 0
 
 
-def test_an_unexpanded_option_is_skipped_with_a_warning(start_server, places):
-    server = start_server(args=["--workspace", "${workspaceFolder}"],
-                          env={"MEMPROVE_WORKSPACE": str(places["MEMPROVE_WORKSPACE"])},
-                          cwd=places["working directory"])
+def check_unexpanded_option_falls_to_the_variable(start_server, places, value, python=None):
+    """`--workspace ${workspaceFolder}` is skipped with a warning and MEMPROVE_WORKSPACE
+    (set to `value`, naming the place for MEMPROVE_WORKSPACE) is the Workspace."""
+    server = start_server(python=python, args=["--workspace", "${workspaceFolder}"],
+                          env={"MEMPROVE_WORKSPACE": value}, cwd=places["working directory"])
     server.initialize()
     found = context(server)
     assert found["workspace"]["found_by"] == "MEMPROVE_WORKSPACE"
     assert found["workspace"]["root"] == str(places["MEMPROVE_WORKSPACE"])
     assert found["config"]["warnings"] == ["--workspace not expanded"]
     assert server.close() == 0
+
+
+def test_an_unexpanded_option_is_skipped_with_a_warning(start_server, places):
+    check_unexpanded_option_falls_to_the_variable(start_server, places,
+                                                  str(places["MEMPROVE_WORKSPACE"]))
 
 
 def test_both_unexpanded_fall_to_roots_then_the_working_directory(start_server, places):
@@ -213,12 +219,6 @@ def test_serve_workspace_needs_a_value(pyz, make_env, workspace):
 
 
 def test_the_sources_under_every_python(start_server, server_python, places):
-    server = start_server(python=server_python, args=["--workspace", "${workspaceFolder}"],
-                          env={"MEMPROVE_WORKSPACE": "../ws for MEMPROVE_WORKSPACE"},
-                          cwd=places["working directory"])
-    server.initialize()
-    found = context(server)
-    assert found["workspace"]["found_by"] == "MEMPROVE_WORKSPACE"
-    assert found["workspace"]["root"] == str(places["MEMPROVE_WORKSPACE"])
-    assert found["config"]["warnings"] == ["--workspace not expanded"]
-    assert server.close() == 0
+    # A relative value, too: relative to the working directory.
+    check_unexpanded_option_falls_to_the_variable(start_server, places,
+                                                  "../ws for MEMPROVE_WORKSPACE", server_python)

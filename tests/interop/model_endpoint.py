@@ -281,7 +281,8 @@ class Reply:
 class Dialect:
     """One model API.  Subclasses set `name` and `routes`, a list of
     (HTTP method, path regex, method name); the method takes (exchange, match) and returns
-    a Reply.  `not_found` answers a request no route takes."""
+    a Reply.  `not_found` answers a request no route takes; `head` and `model` (which
+    needs the subclass's `_model_info`) serve the routes of those names."""
 
     name = None
     routes = []
@@ -309,6 +310,22 @@ class Dialect:
     def failed(self, exchange, text):
         """A reply after an error inside the endpoint (already recorded)."""
         return Reply.json(500, {"error": text})
+
+    def head(self, exchange, match):
+        """A dialect's `HEAD` route (a client's reachability probe): 200, no body."""
+        return Reply(200, b"")
+
+    def model(self, exchange, match):
+        """A dialect's one-model route (`GET .../models/<model>`): its `_model_info`."""
+        return Reply.json(200, self._model_info(match.group("model")))
+
+    def turn_for(self, exchange, body, default_model):
+        """A request body's conversation, the script's turn for it, and the model the body
+        names (default_model when it names none)."""
+        conversation = self.conversation(body)
+        turn = self.play(exchange, conversation)
+        model = body.get("model") if isinstance(body.get("model"), str) else default_model
+        return conversation, turn, model
 
     def play(self, exchange, conversation):
         """The script's turn for a conversation; an error in a step is recorded and the
@@ -487,15 +504,9 @@ class AnthropicMessages(Dialect):
     def failed(self, exchange, text):
         return Reply.json(500, self.error_body("api_error", "The scripted endpoint failed."))
 
-    def head(self, exchange, match):
-        return Reply(200, b"")
-
     def models(self, exchange, match):
         return Reply.json(200, {"data": [self._model_info("claude-scripted")], "has_more": False,
                                 "first_id": "claude-scripted", "last_id": "claude-scripted"})
-
-    def model(self, exchange, match):
-        return Reply.json(200, self._model_info(match.group("model")))
 
     @staticmethod
     def _model_info(model):
@@ -534,9 +545,7 @@ class AnthropicMessages(Dialect):
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return Reply.json(400, self.error_body("invalid_request_error",
                                                    "messages: a list is required"))
-        conversation = self.conversation(body)
-        turn = self.play(exchange, conversation)
-        model = body.get("model") if isinstance(body.get("model"), str) else "claude-scripted"
+        conversation, turn, model = self.turn_for(exchange, body, "claude-scripted")
         blocks = []
         for index, part in enumerate(turn.parts):
             if isinstance(part, ToolCall):
@@ -612,7 +621,20 @@ def _arguments_json(call):
     return json.dumps(call.arguments if call.arguments is not None else {})
 
 
-class OpenAIResponses(Dialect):
+class _OpenAIDialect(Dialect):
+    """What the two OpenAI APIs share: their error bodies."""
+
+    def not_found(self, exchange):
+        return Reply.json(404, {"error": {"type": "invalid_request_error", "code": "not_found",
+                                          "message": "No such endpoint here: %s %s" % (
+                                              exchange.method, exchange.path)}})
+
+    def failed(self, exchange, text):
+        return Reply.json(500, {"error": {"type": "server_error", "code": None,
+                                          "message": "The scripted endpoint failed."}})
+
+
+class OpenAIResponses(_OpenAIDialect):
     """The OpenAI Responses API as Codex uses it: `POST /v1/responses` (SSE when `stream` is
     true, else one response object); the conversation is the `input` item list, a tool call
     is a `function_call` item and its result a `function_call_output` item.  A ToolCall name
@@ -625,18 +647,6 @@ class OpenAIResponses(Dialect):
         ("GET", r"(?:/v1)?/models", "models"),
         ("HEAD", r"/.*", "head"),
     ]
-
-    def not_found(self, exchange):
-        return Reply.json(404, {"error": {"type": "invalid_request_error", "code": "not_found",
-                                          "message": "No such endpoint here: %s %s" % (
-                                              exchange.method, exchange.path)}})
-
-    def failed(self, exchange, text):
-        return Reply.json(500, {"error": {"type": "server_error", "code": None,
-                                          "message": "The scripted endpoint failed."}})
-
-    def head(self, exchange, match):
-        return Reply(200, b"")
 
     def models(self, exchange, match):
         return Reply.json(200, {"object": "list", "data": [
@@ -688,9 +698,7 @@ class OpenAIResponses(Dialect):
         if not isinstance(body, dict):
             return Reply.json(400, {"error": {"type": "invalid_request_error",
                                               "message": "a JSON object is required"}})
-        conversation = self.conversation(body)
-        turn = self.play(exchange, conversation)
-        model = body.get("model") if isinstance(body.get("model"), str) else "scripted-model"
+        conversation, turn, model = self.turn_for(exchange, body, "scripted-model")
         output = []
         for index, part in enumerate(turn.parts):
             if isinstance(part, ToolCall):
@@ -746,7 +754,7 @@ class OpenAIResponses(Dialect):
         yield event("response.completed", {"response": response})
 
 
-class ChatCompletions(Dialect):
+class ChatCompletions(_OpenAIDialect):
     """The OpenAI Chat Completions API as OpenAI-compatible clients use it (OpenCode, Cline,
     Continue): `POST /v1/chat/completions` (SSE chunks ending in `data: [DONE]` when `stream`
     is true, else one completion); a tool call is an assistant message's `tool_calls` entry
@@ -761,27 +769,12 @@ class ChatCompletions(Dialect):
     ]
     MODEL = "scripted-model"
 
-    def not_found(self, exchange):
-        return Reply.json(404, {"error": {"type": "invalid_request_error", "code": "not_found",
-                                          "message": "No such endpoint here: %s %s" % (
-                                              exchange.method, exchange.path)}})
-
-    def failed(self, exchange, text):
-        return Reply.json(500, {"error": {"type": "server_error", "code": None,
-                                          "message": "The scripted endpoint failed."}})
-
-    def head(self, exchange, match):
-        return Reply(200, b"")
-
     def _model_info(self, model):
         return {"id": model, "object": "model", "created": 0, "owned_by": "scripted",
                 "context_length": 200000}
 
     def models(self, exchange, match):
         return Reply.json(200, {"object": "list", "data": [self._model_info(self.MODEL)]})
-
-    def model(self, exchange, match):
-        return Reply.json(200, self._model_info(match.group("model")))
 
     def conversation(self, body):
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
@@ -807,9 +800,7 @@ class ChatCompletions(Dialect):
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return Reply.json(400, {"error": {"type": "invalid_request_error",
                                               "message": "messages: a list is required"}})
-        conversation = self.conversation(body)
-        turn = self.play(exchange, conversation)
-        model = body.get("model") if isinstance(body.get("model"), str) else self.MODEL
+        conversation, turn, model = self.turn_for(exchange, body, self.MODEL)
         text = "".join(part.text for part in turn.parts if isinstance(part, Text))
         calls = [{"id": part.call_id or "call_%02d_%02d" % (conversation.depth, index),
                   "type": "function",
@@ -883,9 +874,6 @@ class GeminiGenerateContent(Dialect):
     def failed(self, exchange, text):
         return Reply.json(500, self.error_body(500, "INTERNAL", "The scripted endpoint failed."))
 
-    def head(self, exchange, match):
-        return Reply(200, b"")
-
     @staticmethod
     def _model_info(model):
         return {"name": "models/" + model, "displayName": model, "inputTokenLimit": 1048576,
@@ -894,9 +882,6 @@ class GeminiGenerateContent(Dialect):
 
     def models(self, exchange, match):
         return Reply.json(200, {"models": [self._model_info("gemini-2.5-pro")]})
-
-    def model(self, exchange, match):
-        return Reply.json(200, self._model_info(match.group("model")))
 
     def count_tokens(self, exchange, match):
         return Reply.json(200, {"totalTokens": max(1, len(exchange.body) // 4)})

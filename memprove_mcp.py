@@ -18,8 +18,9 @@ a `memprove run` in a shell and a tool call see each other at once.
 Two protocol eras are served side by side, decided for each message on its
 own: the 2026-07-28 revision (no handshake; the version rides in every
 request's `_meta`) and the `initialize` handshake of 2025-11-25 and
-2025-06-18 (and, for older clients, 2025-03-26 and 2024-11-05).  Standard output carries protocol messages only; standard error
-carries one line per message received, never a token or an argument value.
+2025-06-18 (and, for older clients, 2025-03-26 and 2024-11-05).  Standard
+output carries protocol messages only; standard error carries one line per
+message received, never a token or an argument value.
 
 The module reads top to bottom in the order data flows through it:
 
@@ -417,14 +418,13 @@ def client(file_format, shape, where, project_file=None, env=None, user_files=()
             "project_file": project_file, "env": env, "user_files": user_files}
 
 
-HOME_CLAUDE = ("~", (".claude.json",), ())
-
 CLIENTS = {
     "claude-code": client(
         "json", servers_entry("mcpServers", stdio_type=True),
         "(project scope) or in ~/.claude.json (local or user scope)",
         project_file=(".mcp.json",),
-        user_files=(("~", (".claude.json",), ("projects", "<root>")), HOME_CLAUDE)),
+        user_files=(("~", (".claude.json",), ("projects", "<root>")),
+                    ("~", (".claude.json",), ()))),
     "codex": client(
         "toml", codex_entry, "~/.codex/config.toml (or $CODEX_HOME/config.toml)",
         user_files=(("codex", ("config.toml",), ()),)),
@@ -2494,9 +2494,6 @@ class Workspace:
 
     def __init__(self, root, found_by, marked=False, problem=None):
         self.root, self.found_by, self.marked, self.problem = root, found_by, marked, problem
-
-    def __eq__(self, other):
-        return isinstance(other, Workspace) and vars(self) == vars(other)
 
     def __repr__(self):
         return "Workspace(%r, %r, %r, %r)" % (self.root, self.found_by, self.marked, self.problem)

@@ -332,7 +332,7 @@ def this_program():
 
 
 def write_stdout_bytes(data):
-    """The entry is UTF-8 whatever the locale: every format printed here is."""
+    """UTF-8 on standard output whatever the locale: every format printed is."""
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -1704,7 +1704,7 @@ def tool_begin(call, args):
     if "task" not in args and new_task is None and not task:
         raise Problem("no_task")
     agent = call.agent(context, agent_name or None, args.get("agent_role"))
-    parent_number = args.get("parent_session") or call.environ_parent()
+    parent_number = args.get("parent_session") or parent_setting(call.environ)
     own = context.get("session")
 
     sessions = records(call.send("listSessions", query={"workspace": call.root}), "sessions",
@@ -2209,9 +2209,6 @@ class Call:
         role, role_from = next(pair for pair in roles if pair[0])
         return {"name": name, "role": role, "name_from": name_from, "role_from": role_from}
 
-    def environ_parent(self):
-        return parent_setting(self.environ)
-
     def working_session(self, context, number):
         """(Task id, Session number) a checkpoint-like call works in; the local checks."""
         task, own = context.get("task"), context.get("session")
@@ -2270,12 +2267,12 @@ class Call:
         source, path = token_source(self.environ, self.config_dir)
         report["token_from"] = source
         if path:
-            self.token_too_open = token_file_too_open(path)
             try:
-                read_token_file(path)
+                self.token_too_open = read_token_file(path)[1]
                 report["token_file_mode"] = "too_open" if self.token_too_open else "ok"
             except Problem:
                 warnings.append(source if source != "config" else "token")
+                self.token_too_open = token_file_too_open(path)   # whatever it holds
                 if self.token_too_open:
                     report["token_file_mode"] = "too_open"
         try:
@@ -2286,7 +2283,7 @@ class Call:
             pass
         if self.environ.get("MEMPROVE_TIMEOUT") and timeout_setting(self.environ) is None:
             warnings.append("MEMPROVE_TIMEOUT")
-        if self.environ.get("MEMPROVE_PARENT_SESSION") and self.environ_parent() is None:
+        if self.environ.get("MEMPROVE_PARENT_SESSION") and parent_setting(self.environ) is None:
             warnings.append("MEMPROVE_PARENT_SESSION")
         role = self.environ.get("MEMPROVE_AGENT_ROLE")
         if role and not ROLE.match(role):
@@ -2300,9 +2297,13 @@ class Call:
 
     def send(self, operation, path=None, query=None, body=None):
         if self.daemon is None:
-            self.token_too_open = token_file_too_open(
-                token_source(self.environ, self.config_dir)[1])
-            token = read_token(self.environ, self.config_dir)[0]
+            try:
+                token, self.token_too_open = read_token(self.environ, self.config_dir)
+            except Problem:
+                # §6 rule 11: a too-open file is reported whatever it holds.
+                self.token_too_open = token_file_too_open(
+                    token_source(self.environ, self.config_dir)[1])
+                raise
             data_dir = data_directory(self.environ, self.config_dir)[0]
             self.daemon = DaemonClient(read_daemon_url(data_dir), token,
                                        timeout_setting(self.environ) or DEFAULT_TIMEOUT)
@@ -3425,13 +3426,11 @@ def doctor(options):
                        "detail": without_token(detail, found), "fix": without_token(fix, found)})
     failed = any(check["status"] == "fail" for check in checks)
     if options.get("json"):
-        import json
-        text = json.dumps({"ok": not failed, "checks": checks}, indent=2, ensure_ascii=False) + "\n"
+        text = json_text({"ok": not failed, "checks": checks})
     else:
         text = "".join(doctor_lines(checks))
     # backslashreplace: a path that is not UTF-8 shows as \udcXX, which is still JSON.
-    sys.stdout.buffer.write(text.encode("utf-8", "backslashreplace"))
-    sys.stdout.flush()
+    write_stdout_bytes(text.encode("utf-8", "backslashreplace"))
     return 1 if failed else 0
 
 

@@ -82,7 +82,38 @@ LIST_TTL_MS = 3600000                # the tool list never changes in a process
 WORKERS = 8                          # tool calls running at once
 WAITING = 64                         # tool calls waiting; past that no input is read
 ROOTS_WAIT = 2.0                     # seconds a call waits for an unanswered roots/list
+MAX_ROOTS = 1000                     # roots of one answer looked at
+MAX_ROOT_URI = 4096                  # bytes of a root's URI worth resolving
 LOG_FIELD = 64                       # characters of a client-chosen log field
+
+# What differs between Linux, macOS and Windows (contract.md §5), in one
+# place: a rule that depends on the platform reads its fact here rather than
+# testing os.name, and takes the platform as an argument so that a test can
+# check the macOS or Windows rule on any machine.
+#   config_base        where the configuration directory's default lives
+#   interpreter_first  an entry names the interpreter, the .pyz its first
+#                      argument: Windows starts no .pyz (WinError 193, EFTYPE)
+#   shell              how a doctor fix line is written (SHELLS below)
+#   posix_files        POSIX owners and permission bits mean something
+#   drive_letters      a file: URI's path may start with /C:/
+#   system_path        the PATH a client started from the Dock gives its servers
+PLATFORMS = {
+    "linux": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
+              "posix_files": True, "drive_letters": False, "system_path": None},
+    "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
+               "posix_files": True, "drive_letters": False,
+               "system_path": "/usr/bin:/bin:/usr/sbin:/sbin"},
+    "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
+              "posix_files": False, "drive_letters": True, "system_path": None},
+}
+
+
+def platform_name(name=sys.platform):
+    """The PLATFORMS key of a sys.platform value; every other Unix is run as Linux."""
+    return name if name in ("win32", "darwin") else "linux"
+
+
+PLATFORM = platform_name()
 
 INSTRUCTIONS = (
     "memprove keeps each Task's working memory in a hash-chained ledger: call "
@@ -293,16 +324,23 @@ def print_config(options):
     if workspace:
         workspace = os.path.abspath(os.path.expanduser(workspace))
         args += ["--workspace", workspace]
-    if options.get("python"):
+    if options.get("python") or PLATFORMS[PLATFORM]["interpreter_first"]:
         command, args = os.path.abspath(sys.executable), [program] + args
     else:
         command = program
     root = find_workspace(os.environ, workspace).root
     command, args, config_dir = utf8_text(command), [utf8_text(arg) for arg in args], \
         utf8_text(config_dir)
+    name = options.get("client") or "claude-code"
+    expanded = expanded_by(name, [command] + args)
+    if expanded:
+        path, marker = expanded
+        sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
+                         "configuration; use a path without it.\n" % (shown_path(path), marker, name))
+        return 1
     try:
-        text, where = client_entry(options.get("client") or "claude-code", command, args,
-                                   config_dir, os.environ, workspace and utf8_text(workspace), root)
+        text, where = client_entry(name, command, args, config_dir, os.environ,
+                                   workspace and utf8_text(workspace), root)
         data = text.encode("utf-8")
     except ValueError:                 # UnicodeEncodeError too: a lone surrogate
         sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
@@ -311,6 +349,17 @@ def print_config(options):
     write_stdout_bytes(data)
     sys.stderr.write(where)
     return 0
+
+
+def expanded_by(name, values):
+    """(value, what) for the first value holding what client `name` expands in
+    its configuration (`${` for Claude Code, `$` for Gemini...), else None: a
+    path the client rewrites would start another server than the one printed."""
+    for value in values:
+        for marker in CLIENTS[name]["expands"]:
+            if marker in value:
+                return value, marker
+    return None
 
 
 def utf8_text(path):
@@ -407,93 +456,156 @@ def token_file_reference(environ, workspace):
     return [("MEMPROVE_TOKEN_FILE", "$MEMPROVE_TOKEN_FILE")] if environ.get("MEMPROVE_TOKEN_FILE") else []
 
 
-def client(file_format, shape, where, project_file=None, env=None, user_files=()):
-    """One row of CLIENTS.  `where` ends the standard-error line; `project_file`
-    (path parts under the Workspace root) comes before it when the client
-    reads a file in the project.  `user_files` are where `mcp doctor` looks
-    next: (base, path parts, keys before the client's own), the base "~" for
-    the home directory, "codex" for $CODEX_HOME (else ~/.codex), "root" for
-    the Workspace root; "<root>" in the keys stands for the root's path."""
+def client(file_format, shape, where, project_file=None, env=None, user_files=(),
+           expands=()):
+    """One row of CLIENTS.
+
+    `where` is the standard-error line's place, `{project}` standing for the
+    project file (`project_file`, path parts under the Workspace root) and
+    `{user}` for the first of `user_files`.  Those are where the client keeps
+    its files, and where `mcp doctor` looks: (base, path parts, keys before
+    the client's own), the base one of PLACES; `user_files` is a tuple, or a
+    dict by platform ("posix" for Linux and any platform not named) where the
+    client keeps them elsewhere per platform.  "<root>" in the keys stands
+    for the Workspace root.  `expands` lists what the client replaces in its
+    configuration's values (`${` in Claude Code's), refused in a path.
+    """
+    if not isinstance(user_files, dict):
+        user_files = {"posix": user_files}
     return {"format": file_format, "shape": shape, "where": where,
-            "project_file": project_file, "env": env, "user_files": user_files}
+            "project_file": project_file, "env": env, "user_files": user_files,
+            "expands": expands}
 
 
 CLIENTS = {
     "claude-code": client(
         "json", servers_entry("mcpServers", stdio_type=True),
-        "(project scope) or in ~/.claude.json (local or user scope)",
+        "{project} (project scope) or in {user} (local or user scope)",
         project_file=(".mcp.json",),
-        user_files=(("~", (".claude.json",), ("projects", "<root>")),
-                    ("~", (".claude.json",), ()))),
+        user_files=(("home", (".claude.json",), ("projects", "<root>")),
+                    ("home", (".claude.json",), ())),
+        expands=("${",)),
     "codex": client(
-        "toml", codex_entry, "~/.codex/config.toml (or $CODEX_HOME/config.toml)",
+        "toml", codex_entry, "{user}",
         user_files=(("codex", ("config.toml",), ()),)),
     "gemini": client(
         "json", servers_entry("mcpServers"),
-        "(project) or in ~/.gemini/settings.json (user); Gemini starts it only "
-        "in a trusted folder", project_file=(".gemini", "settings.json"),
-        env=token_file_reference,
-        user_files=(("~", (".gemini", "settings.json"), ()),)),
+        "{project} (project) or in {user} (user); Gemini starts it only in a trusted folder",
+        project_file=(".gemini", "settings.json"), env=token_file_reference,
+        user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",)),
     "opencode": client(
-        "json", opencode_entry, "(project) or in ~/.config/opencode/opencode.json (user)",
+        "json", opencode_entry, "{project} (project) or in {user} (user)",
         project_file=("opencode.json",),
-        user_files=(("~", (".config", "opencode", "opencode.json"), ()),)),
+        # OpenCode keeps the XDG layout on every platform, Windows too.
+        user_files=(("xdg", ("opencode", "opencode.json"), ()),), expands=("{env:", "{file:")),
     "cline": client(
         "json", servers_entry("mcpServers", stdio_type=True, trailing=(("disabled", False),)),
-        "~/.cline/data/settings/cline_mcp_settings.json",
-        user_files=(("~", (".cline", "data", "settings", "cline_mcp_settings.json"), ()),)),
+        "{user}",
+        user_files=(("home", (".cline", "data", "settings", "cline_mcp_settings.json"), ()),)),
     "continue": client(
         "yaml", continue_entry,
         # The `cn` CLI (1.5.47, tried) reads no block file in .continue/mcpServers/.
-        "~/.continue/config.yaml, or a file you pass to `cn --config`",
+        "{user}, or a file you pass to `cn --config`",
         user_files=(("root", (".continue", "mcpServers"), ()),
-                    ("~", (".continue", "config.yaml"), ()))),
+                    ("home", (".continue", "config.yaml"), ()))),
     "amp": client(
         "json", servers_entry("amp.mcpServers"),
-        "(workspace, then `amp mcp approve memprove`) or in ~/.config/amp/settings.json (user)",
+        "{project} (workspace, then `amp mcp approve memprove`) or in {user} (user)",
         project_file=(".amp", "settings.json"),
-        user_files=(("~", (".config", "amp", "settings.json"), ()),)),
+        user_files=(("home", (".config", "amp", "settings.json"), ()),)),
     "cursor": client(
         "json", servers_entry("mcpServers", stdio_type=True),
-        "(project) or in ~/.cursor/mcp.json (user)",
+        "{project} (project) or in {user} (user)",
         project_file=(".cursor", "mcp.json"), env=workspace_folder,
-        user_files=(("~", (".cursor", "mcp.json"), ()),)),
+        user_files=(("home", (".cursor", "mcp.json"), ()),), expands=("${",)),
     "vscode": client(
         "json", servers_entry("servers", stdio_type=True),
-        "(workspace) or in your profile's mcp.json (user)",
+        "{project} (workspace) or in {user} (user, the default profile)",
         project_file=(".vscode", "mcp.json"), env=workspace_folder,
-        user_files=(("~", (".config", "Code", "User", "mcp.json"), ()),)),
+        user_files={"posix": (("xdg", ("Code", "User", "mcp.json"), ()),),
+                    "darwin": (("home", ("Library", "Application Support", "Code", "User",
+                                         "mcp.json"), ()),),
+                    "win32": (("appdata", ("Code", "User", "mcp.json"), ()),)},
+        expands=("${",)),
     "windsurf": client(
-        "json", servers_entry("mcpServers"), "~/.codeium/windsurf/mcp_config.json",
-        user_files=(("~", (".codeium", "windsurf", "mcp_config.json"), ()),)),
+        "json", servers_entry("mcpServers"), "{user}",
+        user_files=(("home", (".codeium", "windsurf", "mcp_config.json"), ()),)),
     "zed": client(
-        "json", servers_entry("context_servers"), "(project) or in Zed's settings.json (user)",
+        "json", servers_entry("context_servers"), "{project} (project) or in {user} (user)",
         project_file=(".zed", "settings.json"),
-        user_files=(("~", (".config", "zed", "settings.json"), ()),)),
+        # Zed reads XDG_CONFIG_HOME on Linux only.
+        user_files={"posix": (("xdg", ("zed", "settings.json"), ()),),
+                    "darwin": (("home", (".config", "zed", "settings.json"), ()),),
+                    "win32": (("appdata", ("Zed", "settings.json"), ()),)}),
     "goose": client(
-        "yaml", goose_entry, "~/.config/goose/config.yaml",
-        user_files=(("~", (".config", "goose", "config.yaml"), ()),)),
+        "yaml", goose_entry, "{user}",
+        user_files={"posix": (("xdg", ("goose", "config.yaml"), ()),),
+                    "win32": (("appdata", ("Block", "goose", "config", "config.yaml"), ()),)}),
 }
 CLIENT_NAMES = tuple(CLIENTS)          # the order of spec/clients.md (dicts keep it)
+
+
+def client_places(name, platform=PLATFORM):
+    """(base, path parts, keys) of every file client `name` keeps its entry in
+    on `platform`: the project file first, then the user files."""
+    row = CLIENTS[name]
+    user = row["user_files"].get(platform) or row["user_files"]["posix"]
+    return ([("root", row["project_file"], ())] if row["project_file"] else []) + list(user)
+
+
+def place_path(base, parts, environ, root, platform=PLATFORM):
+    """The path of a client's file (see PLACES), or None when it has no base here."""
+    directory = PLACES[base](environ, root, platform)
+    return os.path.join(directory, *parts) if directory else None
+
+
+def home_directory(environ, platform=PLATFORM):
+    """The user's home as clients find it: %USERPROFILE% on Windows, $HOME elsewhere."""
+    return environ.get("USERPROFILE" if platform == "win32" else "HOME") or os.path.expanduser("~")
+
+
+def xdg_config_home(environ, platform=PLATFORM):
+    value = environ.get("XDG_CONFIG_HOME")
+    return value if value and os.path.isabs(value) else \
+        os.path.join(home_directory(environ, platform), ".config")
+
+
+def roaming_app_data(environ, platform=PLATFORM):
+    return environ.get("APPDATA") or os.path.join(home_directory(environ, platform), "AppData",
+                                                  "Roaming")
+
+
+# The directories clients keep their files under: (environ, Workspace root,
+# platform) -> a directory, or None.
+PLACES = {
+    "root": lambda environ, root, platform: root,
+    "home": lambda environ, root, platform: home_directory(environ, platform),
+    "xdg": lambda environ, root, platform: xdg_config_home(environ, platform),
+    "appdata": lambda environ, root, platform: roaming_app_data(environ, platform),
+    "codex": lambda environ, root, platform: environ.get("CODEX_HOME") or os.path.join(
+        home_directory(environ, platform), ".codex"),
+}
 
 
 def client_entry(name, command, args, config_dir, environ, workspace=None, root=None):
     """(standard output text, standard-error line) of `name`'s entry.
 
-    `environ` is read only to know whether MEMPROVE_TOKEN_FILE is set (gemini),
-    never for a value; `workspace` is the absolute --workspace or None; `root`
-    is the Workspace root for the client's project file (None when there is
-    none to give, as for a deleted working directory).
+    `environ` is read only to know whether MEMPROVE_TOKEN_FILE is set (gemini)
+    and where the client's files are, never for a value that goes into the
+    entry; `workspace` is the absolute --workspace or None; `root` is the
+    Workspace root for the client's project file (None when there is none to
+    give, as for a deleted working directory).
     """
     row = CLIENTS[name]
     env = {"MEMPROVE_CONFIG_DIR": config_dir}
     env.update(row["env"](environ, workspace) if row["env"] else [])
     document = row["shape"]({"command": command, "args": list(args), "env": env})
     text = WRITERS[row["format"]](document)
-    place = row["where"]
-    if row["project_file"]:
-        place = "%s %s" % (shown_path(os.path.join(root or "<project>", *row["project_file"])),
-                           place)
+    places = client_places(name)
+    user = next(place_path(base, parts, environ, root) for base, parts, _ in places
+                if base != "root")
+    project = os.path.join(root or "<project>", *row["project_file"]) if row["project_file"] else None
+    place = row["where"].format(project=shown_path(project or ""), user=shown_path(user))
     return text, "memprove-mcp: put this entry in %s.\n" % place
 
 
@@ -787,8 +899,10 @@ def bounded_int(digits):
     return int(digits)
 
 
-def load_json(text):
-    """json.loads(text), NaN and Infinity refused; ValueError for anything not JSON."""
+def load_json(text, quick=False):
+    """json.loads(text), NaN and Infinity refused; ValueError for anything not
+    JSON.  quick: a refusal is not explained (the json package's explanation
+    costs ten times the parse), for callers that only skip what is not JSON."""
     try:
         scan = SCANNER(ScanOptions())
     except (TypeError, AttributeError):  # no accelerator, or one that wants more
@@ -804,6 +918,8 @@ def load_json(text):
         # not be loaded yet (3.11 then raises SystemError): let the package
         # read what is not JSON, and say why.
         pass
+    if quick:
+        raise ValueError("not JSON")
     import json
     return json.loads(text, parse_constant=reject_constant, parse_int=ScanOptions.parse_int)
 
@@ -995,8 +1111,11 @@ class Roots:
 
     The one request the server sends: `roots/list` after
     `notifications/initialized` when the client declared `roots`, and again
-    on `notifications/roots/list_changed`.  The newest good answer is kept; a
-    call waits for an unanswered one until ROOTS_WAIT after it was sent.
+    on `notifications/roots/list_changed`.  Only the newest request is
+    pending, and an answer to any other id is dropped unread, so a storm of
+    notifications or of forged answers costs the reading thread nothing
+    (contract.md §6 rule 18).  The newest good answer is kept; a call waits
+    for a pending one until ROOTS_WAIT after the call itself arrived.
     """
 
     PREFIX = "memprove-roots-"
@@ -1006,10 +1125,8 @@ class Roots:
         self.changed = None          # a Condition, made when a client first declares roots
         self.declared = False
         self.asked = 0               # requests sent, numbering their ids
-        self.pending = set()         # numbers not yet answered
-        self.asked_at = 0.0
-        self.answered = 0            # the number of the newest good answer
-        self.start = None            # the start directory it gave, or None
+        self.pending = None          # the number of the one request awaited, or None
+        self.start = None            # the start directory the newest good answer gave
 
     def declare(self, capabilities):
         """An initialize (again): the new session's capability, nothing kept."""
@@ -1021,8 +1138,7 @@ class Roots:
             self.changed = threading.Condition()
         with self.changed:
             self.declared = declared
-            self.pending.clear()
-            self.answered, self.start = self.asked, None
+            self.pending, self.start = None, None
             self.changed.notify_all()
 
     def ask(self):
@@ -1030,40 +1146,35 @@ class Roots:
             return
         with self.changed:
             self.asked += 1
-            number = self.asked
-            self.pending.add(number)
-            self.asked_at = time.monotonic()
+            self.pending = number = self.asked   # an earlier request's answer is stale now
         self.transport.write({"jsonrpc": "2.0", "id": self.PREFIX + str(number),
                               "method": "roots/list"})
 
     def take(self, message):
-        """A client's response: used when it answers one of our requests."""
-        request_id = message.get("id")
-        if not (isinstance(request_id, str) and request_id.startswith(self.PREFIX)
-                and DIGITS.match(request_id[len(self.PREFIX):]) and len(request_id) < 40):
-            return
-        number = int(request_id[len(self.PREFIX):])
+        """A client's response: used only when it answers the pending request."""
         if self.changed is None:
             return                       # we never asked
+        with self.changed:
+            if self.pending is None or message.get("id") != self.PREFIX + str(self.pending):
+                return
+            self.pending = None
         try:
             start = roots_start_directory(message.get("result"))
         except ValueError:
-            start = ABSENT                   # an error answer or a malformed one
+            start = ABSENT               # an error answer or a malformed one
         with self.changed:
-            if number not in self.pending:
-                return
-            self.pending.discard(number)
-            if start is not ABSENT and number > self.answered:
-                self.answered, self.start = number, start
+            if start is not ABSENT:
+                self.start = start
             self.changed.notify_all()
 
-    def for_call(self):
-        """The start directory roots give a call now, or None."""
+    def for_call(self, arrived):
+        """The start directory roots give a call that arrived at `arrived`
+        (time.monotonic()), or None."""
         if not self.declared:
             return None
         with self.changed:
-            while self.pending:
-                remaining = self.asked_at + ROOTS_WAIT - time.monotonic()
+            while self.pending is not None:
+                remaining = arrived + ROOTS_WAIT - time.monotonic()
                 if remaining <= 0:
                     break
                 self.changed.wait(remaining)
@@ -1074,8 +1185,10 @@ def roots_start_directory(result):
     """The first `file:` root holding the working directory, else the first
     `file:` root, else None; ValueError for a result of the wrong shape."""
     roots = result.get("roots") if isinstance(result, dict) else None
-    if not isinstance(roots, list) or not all(
-            isinstance(root, dict) and isinstance(root.get("uri"), str) for root in roots):
+    if not isinstance(roots, list):
+        raise ValueError("not a roots/list result")
+    roots = roots[:MAX_ROOTS]            # §6 rule 18: what a client sends past these is not looked at
+    if not all(isinstance(root, dict) and isinstance(root.get("uri"), str) for root in roots):
         raise ValueError("not a roots/list result")
     paths = [path for path in map(file_uri_path, (root["uri"] for root in roots)) if path]
     try:
@@ -1089,7 +1202,10 @@ def roots_start_directory(result):
 
 
 def file_uri_path(uri):
-    """The local path of a `file:` URI, or None for any other URI."""
+    """The local path of a `file:` URI, or None for any other URI and for one
+    over MAX_ROOT_URI bytes (resolving a path costs more the longer it is)."""
+    if len(uri) > MAX_ROOT_URI or len(uri.encode("utf-8", "surrogatepass")) > MAX_ROOT_URI:
+        return None
     from urllib.parse import unquote, urlsplit
     try:
         parts = urlsplit(uri)
@@ -1098,7 +1214,8 @@ def file_uri_path(uri):
     if parts.scheme.lower() != "file" or parts.netloc.lower() not in ("", "localhost"):
         return None
     path = unquote(parts.path, errors="surrogateescape")
-    if os.name == "nt" and path[:1] == "/" and path[2:3] == ":" and path[1:2].isalpha():
+    if PLATFORMS[PLATFORM]["drive_letters"] and path[:1] == "/" and path[2:3] == ":" and \
+            path[1:2].isalpha():
         path = path[1:]
     if not path or "\x00" in path or not os.path.isabs(path):
         return None
@@ -1361,7 +1478,7 @@ def run_tool_call(transport, job):
         # The arguments first: bad ones must not cause a single read or request.
         if job["problem"] is not None:
             raise job["problem"]
-        roots = transport.roots.for_call() if job["era"] == "legacy" else None
+        roots = transport.roots.for_call(job["started"]) if job["era"] == "legacy" else None
         call = Call(transport.options, job["client"], roots)
         value = tool["handler"](call, job["arguments"])
         if "outputSchema" in tool:
@@ -1601,12 +1718,12 @@ def tool_context(call, args):
     else:
         result["session"] = None
     result["agent"] = call.agent(context)
-    runs = [run for run in call.runs() if run.get("task_id") == task["id"]] if task else []
-    runs = sorted(enumerate(runs), key=lambda pair: (str(pair[1].get("finished_at") or ""), pair[0]),
-                  reverse=True)
+    import heapq
+    own = (pair for pair in enumerate(call.runs() if task else ()) if pair[1].get("task_id") == task["id"])
+    newest = heapq.nlargest(50, own, key=lambda pair: (str(pair[1].get("finished_at") or ""), pair[0]))
     result["runs"] = [{"label": run.get("label"), "passed": run.get("passed") is True,
                        "exit_code": run.get("exit_code"), "command": fold(run.get("command")),
-                       "finished_at": run.get("finished_at")} for _, run in runs[:50]]
+                       "finished_at": run.get("finished_at")} for _, run in newest]
     result["config"] = call.config_report()
     return result
 
@@ -1699,7 +1816,7 @@ def tool_begin(call, args):
     context, error = call.context_or_error()
     if error is not None and error.hint:
         raise error      # a link or a directory in .memprove/: nothing to start afresh from
-    # Otherwise begin starts afresh from an unreadable context.json.
+    # Otherwise begin starts afresh from an unreadable or another Workspace's context.json.
     task = context.get("task")
     if "task" not in args and new_task is None and not task:
         raise Problem("no_task")
@@ -1742,16 +1859,15 @@ def tool_begin(call, args):
         checked(session, *SESSION_FIELDS)
         status = task["status"]
         if status == "open":
-            moved_on = daemon_task(field(call.send("transitionTask", path={"task_id": task["id"]}, body={
-                "to": "active", "session_id": session["id"], "evidence": []}), "task", dict))
-            status = moved_on["status"]
+            status = activate(call, task, session)
 
     moved = []
+    deadline = time.monotonic() + call.timeout()
 
-    def change(current):
-        if current is None:     # unreadable now, whether or not it was at the start
-            moved.append(move_aside(call.root))
-        fresh = current or {}
+    def change(current, problem):
+        if problem is not None:     # unusable now, whether or not it was at the start
+            moved.append(move_aside(call.root, problem, deadline))
+        fresh = current
         fresh["version"] = 1
         fresh["workspace"] = {"id": workspace_id, "root": call.root}
         fresh["task"] = {"id": task["id"], "number": task["number"], "title": task["title"]}
@@ -1768,6 +1884,25 @@ def tool_begin(call, args):
     if moved:
         result["moved_aside"] = moved[0]
     return result
+
+
+def activate(call, task, session):
+    """transitionTask to `active`; return the Task's status.  Another agent
+    that began the same Task at once may have moved it first: the daemon then
+    refuses the move, and a Task found `active` on a second look is what this
+    begin wanted (tools.md, `begin` step 6)."""
+    try:
+        moved_on = call.send("transitionTask", path={"task_id": task["id"]}, body={
+            "to": "active", "session_id": session["id"], "evidence": []})
+    except Problem as problem:
+        if problem.code != "invalid_transition":
+            raise
+        tasks = records(call.send("listTasks", query={"workspace": call.root}), "tasks", TASK_FIELDS)
+        now = find_record(tasks, None, task["id"])
+        if now is None or now["status"] != "active":
+            raise problem
+        return now["status"]
+    return daemon_task(field(moved_on, "task", dict))["status"]
 
 
 def tool_checkpoint(call, args):
@@ -1883,8 +2018,8 @@ def tool_end(call, args):
     open_items = sum(1 for claim in capsule["claims"]
                      if claim.get("kind") == "open_item" and claim.get("state") == "active")
 
-    def change(current):
-        if current is None or (current.get("session") or {}).get("id") != target["id"]:
+    def change(current, problem):
+        if problem is not None or (current.get("session") or {}).get("id") != target["id"]:
             return None    # the context is on another Session: leave it be
         current["session"] = context_session(parent, grandparent) if parent else None
         if parent_task is not None:
@@ -2183,7 +2318,8 @@ class Call:
         return context
 
     def runs(self):
-        return read_runs(self.root)
+        """The Workspace's runs, read from the file as they are used."""
+        return each_run(self.root)
 
     def ids(self, context, task_id=ABSENT):
         task, session = context.get("task"), context.get("session")
@@ -2235,8 +2371,9 @@ class Call:
         """Run ids for the labels an agent cites, from runs.jsonl."""
         if not labels:
             return {}
+        wanted = set(labels)
         known = dict((run["label"], run.get("id")) for run in self.runs()
-                     if isinstance(run.get("id"), str))
+                     if run["label"] in wanted and isinstance(run.get("id"), str))
         unknown = sorted(set(label for label in labels if label not in known),
                          key=lambda label: int(label[1:]))
         if unknown:
@@ -2247,9 +2384,12 @@ class Call:
         """While it is open, a Problem's hint also names what the call already made."""
         return NamingWhatWasMade(made)
 
+    def timeout(self):
+        return timeout_setting(self.environ) or DEFAULT_TIMEOUT
+
     def write_context(self, change, made):
         try:
-            return update_context(self.root, change)
+            return update_context(self.root, change, self.timeout())
         except Exception as error:
             if not isinstance(error, OSError):   # a file system's refusal is no bug of ours
                 record_internal_error(sys.exc_info())
@@ -2278,7 +2418,7 @@ class Call:
         try:
             data_dir, report["data_dir_from"] = data_directory(self.environ, self.config_dir)
             report["data_dir"] = data_dir
-            report["daemon_url"] = read_daemon_url(data_dir)
+            report["daemon_url"] = read_daemon(data_dir)[0]
         except Problem:
             pass
         if self.environ.get("MEMPROVE_TIMEOUT") and timeout_setting(self.environ) is None:
@@ -2305,8 +2445,8 @@ class Call:
                     token_source(self.environ, self.config_dir)[1])
                 raise
             data_dir = data_directory(self.environ, self.config_dir)[0]
-            self.daemon = DaemonClient(read_daemon_url(data_dir), token,
-                                       timeout_setting(self.environ) or DEFAULT_TIMEOUT)
+            url, owner = read_daemon(data_dir)
+            self.daemon = DaemonClient(url, token, self.timeout(), owner)
         return self.daemon.send(operation, path, query, body)
 
     def task_id(self, number, context):
@@ -2371,7 +2511,7 @@ def utc_now():
 # contract.md §1: the first source that is set wins, and a set source that
 # cannot be used is an error, never a reason to try the next one.
 
-def config_directory(option, environ, with_source=False):
+def config_directory(option, environ, with_source=False, platform=PLATFORM):
     """The configuration directory; with_source: (directory, where it came from)."""
     if option:
         chosen, source = option, "--config-dir"
@@ -2379,7 +2519,7 @@ def config_directory(option, environ, with_source=False):
         chosen, source = environ["MEMPROVE_CONFIG_DIR"], "MEMPROVE_CONFIG_DIR"
     elif environ.get("XDG_CONFIG_HOME"):
         chosen, source = os.path.join(environ["XDG_CONFIG_HOME"], "memprove"), "XDG_CONFIG_HOME"
-    elif os.name == "nt" and environ.get("APPDATA"):
+    elif PLATFORMS[platform]["config_base"] == "appdata" and environ.get("APPDATA"):
         chosen, source = os.path.join(environ["APPDATA"], "memprove"), "APPDATA"
     else:
         chosen, source = os.path.join(os.path.expanduser("~"), ".config", "memprove"), "default"
@@ -2419,7 +2559,7 @@ def read_token(environ, config_dir):
 def token_file_too_open(path):
     """Whether a token file grants group or others any access; read or not,
     valid or not, that is worth a warning (contract.md §6 rule 11)."""
-    if path is None or os.name == "nt":
+    if path is None or not PLATFORMS[PLATFORM]["posix_files"]:
         return False
     try:
         return bool(os.stat(path).st_mode & 0o077)
@@ -2429,14 +2569,24 @@ def token_file_too_open(path):
 
 def read_token_file(path):
     try:
-        data, mode = read_regular(path, 65536)
-        first = data.split(b"\n", 1)[0]
+        data, status = read_regular(path, 65536)
     except (OSError, ValueError):
         raise Problem("token_missing", "The token file cannot be read.")
-    token = first.decode("utf-8", "replace").strip()
+    token = user_text(data).split("\n", 1)[0].strip()
     if not token:
         raise Problem("token_missing", "The token file is empty.")
-    return token, os.name != "nt" and bool(mode & 0o077)
+    return token, PLATFORMS[PLATFORM]["posix_files"] and bool(status.st_mode & 0o077)
+
+
+def user_text(data, errors="replace"):
+    """The text of a small file a person wrote, whatever wrote it: UTF-8 with or
+    without a byte order mark, or UTF-16 with one (what PowerShell 5.1's `>`
+    and Out-File write).  Lines may end in CR LF: callers strip each line."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return data.decode("utf-16", errors)          # the mark says which order
+    if data[:3] == b"\xef\xbb\xbf":
+        data = data[3:]
+    return data.decode("utf-8", errors)
 
 
 def data_directory(environ, config_dir):
@@ -2445,7 +2595,7 @@ def data_directory(environ, config_dir):
         return os.path.abspath(os.path.expanduser(environ["MEMPROVE_DATA_DIR"])), "MEMPROVE_DATA_DIR"
     try:
         data = read_regular(os.path.join(config_dir, "data-dir"), 65536)[0]
-        line = data.decode("utf-8", "replace").strip().split("\n")[0].strip()
+        line = user_text(data).strip().split("\n")[0].strip()
     except (OSError, ValueError):
         raise Problem("data_dir_missing")
     if not line:
@@ -2453,15 +2603,17 @@ def data_directory(environ, config_dir):
     return os.path.abspath(os.path.join(config_dir, os.path.expanduser(line))), "config"
 
 
-def read_daemon_url(data_dir):
+def read_daemon(data_dir):
+    """(the daemon's URL, the uid owning daemon.json): the daemon's owner is the
+    one user the token may go to (contract.md §6 rule 17)."""
     try:
-        record = load_json(read_regular(os.path.join(data_dir, "daemon.json"), 65536)[0]
-                           .decode("utf-8"))
+        data, status = read_regular(os.path.join(data_dir, "daemon.json"), 65536)
+        record = load_json(user_text(data, "strict"))
     except (OSError, ValueError, RecursionError):
         raise Problem("daemon_unavailable")
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         raise Problem("daemon_unavailable")
-    return record["url"]
+    return record["url"], status.st_uid
 
 
 MAX_TIMEOUT = 86400.0                # contract.md §6 rule 7: a day at most
@@ -2535,16 +2687,19 @@ def find_workspace(environ, option=None, roots=None, warnings=None):
         return Workspace(None, found_by, problem="workspace_unusable")
     if not usable:
         return Workspace(start, found_by, problem="workspace_unusable")
-    root, marked = climb_to_root(start)
+    root, marked = climb_to_root(start, warnings)
     if not utf8_path(root):
         # It could not be sent to the daemon as the same string in a query and a body.
         return Workspace(root, found_by, marked, "workspace_unusable")
     return Workspace(root, found_by, marked)
 
 
-def climb_to_root(start):
+def climb_to_root(start, warnings=None):
     """(root, marked): the nearest directory holding `.memprove/`, the climb
-    stopping after a repository's root and below the home directory."""
+    stopping after a repository's root and below the home directory.  A
+    `.memprove/` owned by neither the user nor root is passed over, as git
+    passes over another user's repository (§6 rule 15): in a shared directory
+    it would make another user's folder the Workspace."""
     home = os.path.realpath(os.path.expanduser("~"))
     off_limits = set()
     place = home
@@ -2557,8 +2712,11 @@ def climb_to_root(start):
     repository = None
     place = start
     while True:
-        if os.path.isdir(os.path.join(place, ".memprove")):
+        owned = marker_owned(os.path.join(place, ".memprove"))
+        if owned:
             return place, True
+        if owned is False and warnings is not None and FOREIGN_MARKER not in warnings:
+            warnings.append(FOREIGN_MARKER)
         if os.path.exists(os.path.join(place, ".git")):
             repository = place
             break
@@ -2567,6 +2725,22 @@ def climb_to_root(start):
             break
         place = parent
     return repository or start, False
+
+
+FOREIGN_MARKER = ".memprove owned by another user"
+
+
+def marker_owned(path):
+    """True for a `.memprove/` directory of the user's (or root's), False for
+    another user's, None when there is no directory there."""
+    import stat
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISDIR(status.st_mode):
+        return None
+    return not PLATFORMS[PLATFORM]["posix_files"] or status.st_uid in (os.geteuid(), 0)
 
 
 def utf8_path(path):
@@ -2580,29 +2754,56 @@ def utf8_path(path):
 # ---------------------------------------------------------------------------
 # 9. Context files
 # ---------------------------------------------------------------------------
+# Nothing in `.memprove/` is trusted: a link, a file where a directory
+# belongs, another Workspace's context (a copied project, a clone) or a
+# repository's enormous runs file must neither redirect a write nor stall a
+# call (contract.md §6 rules 6, 14 and 16).  Writes hold the lock, retry
+# while Windows refuses to replace a file another process has open, and give
+# up at the call's timeout.
 
-def read_regular(path, limit):
-    """Up to `limit` bytes of a regular file.  Raises OSError for anything else:
-    a FIFO or a device where a file belongs must not block or flood a call."""
+def open_regular(path, follow=True):
+    """(binary file, its status) when `path` is a regular file.  Raises OSError
+    for anything else: a FIFO or a device where a file belongs must not block
+    or flood a call, and with follow=False neither may a link redirect it."""
     import stat
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(descriptor, "rb") as handle:
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    descriptor = os.open(path, flags if follow else flags | NO_FOLLOW)
+    handle = os.fdopen(descriptor, "rb")
+    try:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode):
             raise IsADirectoryError(path) if stat.S_ISDIR(status.st_mode) else OSError(path)
-        return handle.read(limit), status.st_mode
+    except BaseException:
+        handle.close()
+        raise
+    return handle, status
+
+
+def read_regular(path, limit, follow=True):
+    """(up to `limit` bytes, status) of a regular file; see open_regular."""
+    handle, status = open_regular(path, follow)
+    with handle:
+        return handle.read(limit), status
+
+
+def is_link(status):
+    """A symbolic link, or on Windows any reparse point (a junction too)."""
+    import stat
+    return stat.S_ISLNK(status.st_mode) or bool(getattr(status, "st_file_attributes", 0) & 0x400)
 
 
 def read_context(root):
     """Return (context, None): an empty context when the file is missing; or
-    ({}, Problem("context_unreadable")) when it is not a version-1 context,
-    with a hint when `.memprove/` itself cannot be written safely."""
+    ({}, Problem) when it cannot be used: context_unreadable when it is not a
+    version-1 context (with a hint when a link or a wrong file type in
+    `.memprove/` is the reason), context_foreign when it names another
+    Workspace's root."""
     unsafe = unsafe_context_directory(root)
     if unsafe:
         return {}, Problem("context_unreadable", unsafe)
     path = os.path.join(root, ".memprove", "context.json")
     try:
-        data = read_regular(path, MAX_CONTEXT_FILE + 1)[0]
+        data = read_regular(path, MAX_CONTEXT_FILE + 1, follow=False)[0]
     except FileNotFoundError:
         return {"version": 1, "task": None, "session": None}, None
     except (OSError, ValueError):
@@ -2615,33 +2816,38 @@ def read_context(root):
         return {}, Problem("context_unreadable")
     if not context_is_sound(context):
         return {}, Problem("context_unreadable")
+    if not names_workspace(context, root):
+        return {}, Problem("context_foreign")
     return context, None
 
 
 def unsafe_context_directory(root):
-    """A hint naming what in `.memprove/` a write would follow or fail on, or None.
+    """A hint naming what in `.memprove/` reading or writing would follow or
+    fail on, or None.
 
-    contract.md §6 rule 6: a link there could make a write create a file
-    outside the Workspace, so it is found with the context file, before any
-    daemon request, rather than when the write comes.
+    contract.md §6 rules 6 and 14: a link there could make a write create a
+    file outside the Workspace, or make two Workspaces share one context, so
+    it is found with the context file, before any daemon request, rather than
+    when the write comes.  A context.json of the wrong type is no danger: it
+    is unreadable, and `begin` moves it aside.
     """
     import stat
     directory = os.path.join(root, ".memprove")
-    for path, name, wanted in ((directory, ".memprove", stat.S_ISDIR),
-                               (os.path.join(directory, "context.lock"), "context.lock",
-                                stat.S_ISREG)):
+    for name, wanted in ((".memprove", stat.S_ISDIR), ("context.json", None),
+                         ("context.lock", stat.S_ISREG)):
         try:
-            mode = os.lstat(path).st_mode
+            status = os.lstat(directory if name == ".memprove" else os.path.join(directory, name))
         except FileNotFoundError:
-            return None
+            if name == ".memprove":
+                return None
+            continue
         except OSError:
             return "The file %s cannot be examined." % name
-        if name == ".memprove" and stat.S_ISLNK(mode):
-            continue                     # a linked context directory is the user's choice
-        if not wanted(mode):
-            kind = "a link" if stat.S_ISLNK(mode) else "not a %s" % (
-                "directory" if name == ".memprove" else "regular file")
-            return "The file %s is %s." % (name, kind)
+        if is_link(status):
+            return "The file %s is a link." % name
+        if wanted is not None and not wanted(status.st_mode):
+            return "The file %s is not a %s." % (
+                name, "directory" if name == ".memprove" else "regular file")
     return None
 
 
@@ -2662,29 +2868,85 @@ def context_is_sound(context):
     return True
 
 
+def names_workspace(context, root):
+    """Whether a context belongs to the Workspace at `root` (§6 rule 14).  A
+    context that records no root (written by hand, or by a tool that does not
+    record one) is taken as this Workspace's: only a different root is proof
+    that the file came from elsewhere."""
+    workspace = context.get("workspace")
+    recorded = workspace.get("root") if isinstance(workspace, dict) else None
+    return not isinstance(recorded, str) or os.path.normcase(recorded) == os.path.normcase(root)
+
+
 def is_record(record):
     """A Task or Session reference: a string id and a whole number."""
     return isinstance(record, dict) and isinstance(record.get("id"), str) and \
         isinstance(record.get("number"), int) and not isinstance(record.get("number"), bool)
 
 
-def read_runs(root):
-    """The runs `memprove run` recorded, in file order; torn lines skipped."""
-    path = os.path.join(root, ".memprove", "runs.jsonl")
+MAX_RUN_LINE = 64 * 1024             # bytes of one runs.jsonl line worth parsing
+LABEL_KEY = b'"label"'
+
+
+def each_run(root):
+    """The runs `memprove run` recorded, in file order, one at a time.
+
+    contract.md §6 rule 16: the file is a repository's to make as large as it
+    likes, so it is read in chunks, holding at most one line; a line over
+    MAX_RUN_LINE is skipped unread; only lines holding a "label" key are
+    parsed, so blank and foreign lines cost a byte search, and a line that is
+    not JSON is refused without the json package's explanation.
+    """
     try:
-        data = read_regular(path, -1)[0]
+        handle, _ = open_regular(os.path.join(root, ".memprove", "runs.jsonl"))
     except (OSError, ValueError):
-        return []
-    runs = []
-    for line in data.split(b"\n"):
-        try:
-            run = load_json(line.decode("utf-8"))
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(run, dict) and isinstance(run.get("label"), str) and \
-                isinstance(run.get("id", ""), str):
-            runs.append(run)
-    return runs
+        return
+    with handle:
+        for line in labelled_lines(handle):
+            try:
+                run = load_json(line.decode("utf-8"), quick=True)
+            except (ValueError, RecursionError):
+                continue                 # a torn line, or one that is no run
+            if isinstance(run, dict) and isinstance(run.get("label"), str) and \
+                    isinstance(run.get("id", ""), str):
+                yield run
+
+
+def labelled_lines(handle, chunk_size=1 << 20):
+    """The lines of a file that hold LABEL_KEY, each of at most MAX_RUN_LINE
+    bytes, read `chunk_size` bytes at a time."""
+    partial, skipping = b"", False     # a line the last chunk cut; inside a long one
+    while True:
+        chunk = handle.read(chunk_size)
+        if not chunk:
+            break
+        if skipping:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                continue
+            chunk, skipping = chunk[newline + 1:], False
+        block = partial + chunk
+        last = block.rfind(b"\n")
+        partial = block[last + 1:]
+        if len(partial) > MAX_RUN_LINE:
+            partial, skipping = b"", True
+        for line in lines_holding(block, last + 1, LABEL_KEY):
+            yield line
+    if not skipping:
+        for line in lines_holding(partial + b"\n", len(partial) + 1, LABEL_KEY):
+            yield line
+
+
+def lines_holding(block, end, needle):
+    """The whole lines of block[:end] (which ends a line) that hold `needle`,
+    found by byte search so that a line without it is never looked at whole."""
+    found = block.find(needle, 0, end)
+    while found >= 0:
+        start = block.rfind(b"\n", 0, found) + 1
+        stop = block.find(b"\n", found, end)
+        if stop - start <= MAX_RUN_LINE:
+            yield block[start:stop]
+        found = block.find(needle, stop, end)
 
 
 def passed_runs(runs, task_id):
@@ -2704,34 +2966,37 @@ def passed_runs(runs, task_id):
     return [run for _, run in sorted(latest.values(), key=lambda pair: pair[0][1])]
 
 
-def update_context(root, change):
-    """Apply change(context) to context.json under the lock; return what change returned.
+def update_context(root, change, timeout=DEFAULT_TIMEOUT):
+    """Apply change(context, problem) to context.json under the lock; return
+    what change returned.
 
     The lock is held while the file is read again, changed and replaced, so
     no change is applied to a stale copy and keys it does not touch survive;
     the replace is atomic, so a reader never sees a torn file.  `change` gets
-    the current context (None when the file is unreadable) and returns the
-    new one, or None to leave the file as it is.
+    what read_context gives (a context and None, or {} and the Problem that
+    makes the file unusable) and returns the new context, or None to leave
+    the file as it is.  Waiting for the lock and for Windows to let the file
+    be replaced ends `timeout` seconds from now, with an OSError.
     """
+    deadline = time.monotonic() + timeout
     directory = os.path.join(root, ".memprove")
-    os.makedirs(directory, exist_ok=True)
+    make_context_directory(directory)
     lock_path = os.path.join(directory, "context.lock")
     descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | NO_FOLLOW | getattr(os, "O_BINARY", 0),
                          0o666)
     with os.fdopen(descriptor, "r+b") as lock:
-        lock_exclusively(lock)
+        lock_exclusively(lock, deadline)
         try:
             unsafe = unsafe_context_directory(root)
             if unsafe:
                 raise OSError(unsafe)
             remove_stale_temporaries(directory)
-            current, error = read_context(root)
-            replacement = change(None if error else current)
+            replacement = change(*read_context(root))
             if replacement is not None:
                 # ASCII JSON: a lone surrogate an agent sent is written as its \\u escape.
                 import json
                 replace_file(os.path.join(directory, "context.json"),
-                             (json.dumps(replacement, indent=2) + "\n").encode("ascii"))
+                             (json.dumps(replacement, indent=2) + "\n").encode("ascii"), deadline)
             return replacement
         finally:
             unlock(lock)
@@ -2739,6 +3004,22 @@ def update_context(root, change):
 
 TEMPORARY_PREFIX = ".context."
 NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW | getattr(os, "O_BINARY", 0)
+
+
+def make_context_directory(directory):
+    """Create `.memprove/` when it is missing, with a `.gitignore` holding `*`
+    (contract.md §2), so that a context is never committed and cloned into
+    another Workspace; a `.memprove/` that exists is left as it is."""
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        return
+    descriptor = os.open(os.path.join(directory, ".gitignore"), NEW_FILE, 0o666)
+    try:
+        write_all(descriptor, b"*\n")
+    finally:
+        os.close(descriptor)
 
 
 def remove_stale_temporaries(directory):
@@ -2756,25 +3037,39 @@ def remove_stale_temporaries(directory):
                 pass
 
 
-def replace_file(path, data):
+def replace_file(path, data, deadline):
     """Write `data` to a temporary file, then rename it over `path`; the new
     file keeps the mode of the one it replaces (a new one: the umask's)."""
     temporary = os.path.join(os.path.dirname(path), "%s%s.tmp" % (TEMPORARY_PREFIX, os.urandom(6).hex()))
-    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW |
-                     getattr(os, "O_BINARY", 0), 0o666)
+    handle = os.open(temporary, NEW_FILE, 0o666)
     try:
         with os.fdopen(handle, "wb") as stream:
             keep_mode(stream.fileno(), path)
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temporary, path)
+        while_shared(lambda: os.replace(temporary, path), deadline)
     except BaseException:
         try:
             os.unlink(temporary)
         except OSError:
             pass
         raise
+
+
+def while_shared(action, deadline):
+    """action(), tried again while Windows refuses it because another process
+    has the file open (WinError 5 or 32: another server reading it, `memprove
+    run`, an editor, a virus scanner), until the deadline."""
+    pause = 0.001
+    while True:
+        try:
+            return action()
+        except OSError as error:
+            if getattr(error, "winerror", None) not in (5, 32) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def keep_mode(descriptor, path):
@@ -2786,19 +3081,35 @@ def keep_mode(descriptor, path):
         os.fchmod(descriptor, mode)
 
 
-def lock_exclusively(handle):
+def lock_exclusively(handle, deadline):
+    """Take the context lock, waiting for another writer until the deadline
+    (then OSError).  The lock is tried without blocking and tried again here:
+    msvcrt's own wait gives up after about ten seconds (Wine's after ten
+    milliseconds), and a writer stuck elsewhere must not hold a call forever."""
+    pause = 0.001
+    while not try_lock(handle):
+        if time.monotonic() >= deadline:
+            raise OSError("another writer holds the context lock")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def try_lock(handle):
     try:
         import fcntl
     except ImportError:
         import msvcrt
         handle.seek(0)
-        while True:
-            try:
-                msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
-                return
-            except OSError:
-                continue   # LK_LOCK gives up after ten seconds; a writer always finishes
-    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def unlock(handle):
@@ -2812,15 +3123,18 @@ def unlock(handle):
     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def move_aside(root):
-    """Rename an unreadable context.json out of the way; return the new name."""
+def move_aside(root, problem, deadline):
+    """Rename an unusable context.json out of the way; return the new name:
+    context.json.corrupt-<time>, or .foreign-<time> for another Workspace's."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     directory = os.path.join(root, ".memprove")
-    name, count = "context.json.corrupt-" + stamp, 1
+    kind = "foreign" if problem.code == "context_foreign" else "corrupt"
+    name, count = "context.json.%s-%s" % (kind, stamp), 1
     while os.path.lexists(os.path.join(directory, name)):   # never lose an earlier copy
         count += 1
-        name = "context.json.corrupt-%s-%d" % (stamp, count)
-    os.replace(os.path.join(directory, "context.json"), os.path.join(directory, name))
+        name = "context.json.%s-%s-%d" % (kind, stamp, count)
+    while_shared(lambda: os.replace(os.path.join(directory, "context.json"),
+                                    os.path.join(directory, name)), deadline)
     return name
 
 
@@ -2862,10 +3176,11 @@ class LostAnswer(Exception):
 
 
 class DaemonClient:
-    def __init__(self, url, token, timeout):
+    def __init__(self, url, token, timeout, owner=None):
         self.host, self.port, self.addresses, self.base = check_daemon_url(url)
         self.token = token
         self.timeout = timeout
+        self.owner = owner           # the uid the listener must belong to, if known
 
     def send(self, operation, path=None, query=None, body=None):
         method, template, is_write = OPERATIONS[operation]
@@ -2923,6 +3238,9 @@ class DaemonClient:
         if connection is None:
             raise Problem("daemon_unavailable")
         try:
+            if self.owner is not None and peer_owner(connection) not in (None, self.owner):
+                # §6 rule 17: the daemon stopped and someone else took its port.
+                raise Problem("daemon_address_refused", "Another user listens on that port.")
             answer = Answer(connection, deadline)
             try:
                 answer.settle_timeout()
@@ -3066,6 +3384,44 @@ class Answer:
         if remaining <= 0:
             raise socket.timeout("the daemon's time is up")
         self.connection.settimeout(remaining)
+
+
+def peer_owner(connection):
+    """The uid that owns the daemon's end of a loopback connection, or None
+    where the system does not say.  Linux lists every socket with its owner
+    in /proc/net/tcp and tcp6; the daemon's end is the row whose local
+    address is the one connected to and whose remote address is ours.  A
+    connection made to 127.0.0.1 that a dual-stack listener took shows there
+    in IPv6 form, so both tables are searched for both forms."""
+    local, peer = connection.getsockname()[:2], connection.getpeername()[:2]
+    for table, address in (("/proc/net/tcp", socket_row_address), ("/proc/net/tcp6", socket_row_address6)):
+        try:
+            near, far = address(*peer), address(*local)
+            data = read_regular(table, MAX_BODY)[0]
+        except (OSError, ValueError):
+            continue
+        found = data.find((" %s %s " % (near, far)).encode("ascii"))
+        if found >= 0:
+            fields = data[found:data.find(b"\n", found)].split()
+            if len(fields) > 6 and fields[6].isdigit():
+                return int(fields[6])
+    return None
+
+
+def socket_row_address(host, port):
+    """An IPv4 address and port as /proc/net/tcp writes them: the address's
+    32 bits read in the machine's byte order, then the port, in hex."""
+    import socket
+    return "%08X:%04X" % (int.from_bytes(socket.inet_aton(host), sys.byteorder), port)
+
+
+def socket_row_address6(host, port):
+    """An address and port as /proc/net/tcp6 writes them: four 32-bit words,
+    each in the machine's byte order; an IPv4 address in its mapped form."""
+    import socket
+    packed = socket.inet_pton(socket.AF_INET6, host if ":" in host else "::ffff:" + host)
+    return "".join("%08X" % int.from_bytes(packed[index:index + 4], sys.byteorder)
+                   for index in range(0, 16, 4)) + ":%04X" % port
 
 
 def percent_encode(value):
@@ -3389,16 +3745,12 @@ def opening_statement(capsule, now, agent_name, agent_role):
 # check returns (status, code, detail, fix) and may leave what it resolved in
 # `found` for a later check; a check whose inputs failed is `skip`.  Doctor
 # writes no file, sends one read, and never shows the token: it is held in
-# `found` only to be compared and sent.
+# `found` only to be compared and sent.  Fix lines are written for the shell
+# of the platform (SHELLS), with real paths.
 
 NEWEST_TESTED = (3, 15)              # the newest Python this release was tested on
-
-# Where doctor looks for a client's entry beyond the project file its row of
-# CLIENTS names (print-config's table): (base, path parts, keys before the
-# entry's own).  A base of "root" is the Workspace root, "~" the home
-# directory, "codex" $CODEX_HOME (else ~/.codex); "<root>" in the keys stands
-# for the Workspace root, as in ~/.claude.json's `projects`.
 MAX_CLIENT_FILE = 64 * 1024 * 1024   # ~/.claude.json keeps history and grows large
+MAX_CLIENT_LINE = 4096               # longer TOML and YAML lines are skipped (§6 rule 16)
 
 # A value that only names a variable, which the client expands when it starts
 # the server: how print-config --client gemini passes MEMPROVE_TOKEN_FILE.
@@ -3407,10 +3759,11 @@ VARIABLE_REFERENCE = Pattern(r"(\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9
 INTERPRETER = Pattern(r"(?i)(python|pypy|py)[0-9.]*(\.exe)?\Z")
 
 
-def doctor(options):
+def doctor(options, platform=PLATFORM):
     """Run the checks of doctor.md in order, print them; return the exit status."""
     found = {"options": options, "environ": dict(os.environ), "failed": set(),
-             "program": this_program(), "token": None}
+             "program": this_program(), "token": None, "platform": platform,
+             "shell": SHELLS[PLATFORMS[platform]["shell"]]}
     checks = []
     for name, check in DOCTOR_CHECKS:
         try:
@@ -3450,14 +3803,83 @@ def without_token(text, found):
     return "(not shown: it would contain the token)"
 
 
-def shell_word(value):
-    import shlex
-    return shlex.quote(value)
+# -- fix lines, in the platform's shell -----------------------------------------
+
+SAFE_WORD = Pattern(r"[A-Za-z0-9_@%+=:,./-]+\Z")
+POWERSHELL_BARE = Pattern(r"-{0,2}[A-Za-z][A-Za-z0-9_.-]*\Z")
 
 
-def doctor_command(found, *words):
-    """This very program with `words`, as a line to paste into a shell."""
-    return " ".join(["python3", shell_word(found["program"])] + [shell_word(word) for word in words])
+def sh_word(value):
+    """A word as POSIX sh reads it back: bare when safe, else single-quoted."""
+    if SAFE_WORD.match(value):
+        return value
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def powershell_word(value):
+    """A word as PowerShell reads it back: bare when it is a plain word or
+    option (a number would be read as a number), else single-quoted with
+    every single quote doubled (PowerShell takes the typographic ones, U+2018
+    to U+201B, for quotes too)."""
+    if POWERSHELL_BARE.match(value):
+        return value
+    return "'" + "".join(char * 2 if char in "'\u2018\u2019\u201a\u201b" else char
+                         for char in value) + "'"
+
+
+# How a fix line is written in each shell of PLATFORMS: templates whose
+# {placeholders} are filled with quoted words, and the example paths shown
+# where the user must put their own.
+SHELLS = {
+    "sh": {
+        "word": sh_word, "python": "python3",
+        "run": "{python} {program}",
+        "set": "export {name}={value}",
+        "unset": "unset {name}",
+        "mkdir": "mkdir -p -m 700 {path}",
+        "private": "chmod 600 {path}",
+        "move": "mv {path} {target}",
+        "write": "echo {value} > {path}",
+        "examples": {"token": "/path/to/your/memprove/token",
+                     "data_dir": "/path/to/the/daemons/data-dir",
+                     "project": "/path/to/your/project"},
+    },
+    "powershell": {
+        "word": powershell_word, "python": None,      # None: this interpreter, by its path
+        "run": "& {python} {program}",
+        "set": "$env:{name} = {value}",
+        "unset": "Remove-Item Env:{name}",
+        "mkdir": "New-Item -ItemType Directory -Force -Path {path}",
+        "private": None,                               # no POSIX modes: nothing to fix
+        "move": "Move-Item -LiteralPath {path} -Destination {target}",
+        "write": "Set-Content -Path {path} -Value {value}",
+        "examples": {"token": "C:\\path\\to\\your\\memprove\\token",
+                     "data_dir": "C:\\path\\to\\the\\daemons\\data-dir",
+                     "project": "C:\\path\\to\\your\\project"},
+    },
+}
+
+
+def fix(found, template, **values):
+    """A line of the platform's shell: SHELLS' `template` with each value
+    quoted as that shell quotes it (a name is inserted as it is)."""
+    shell = found["shell"]
+    quoted = dict((key, value if key == "name" else shell["word"](value))
+                  for key, value in values.items())
+    return shell[template].format(**quoted)
+
+
+def example(found, what):
+    return found["shell"]["examples"][what]
+
+
+def doctor_command(found, *words, **python):
+    """This very program with `words`, as a line to paste into the shell;
+    `python` names another interpreter (a command name, used as it is)."""
+    shell = found["shell"]
+    interpreter = python.get("python") or shell["python"] or shell["word"](sys.executable)
+    line = shell["run"].format(python=interpreter, program=shell["word"](found["program"]))
+    return " ".join([line] + [shell["word"](word) for word in words])
 
 
 def print_config_line(found):
@@ -3475,25 +3897,40 @@ def print_config_line(found):
 
 def check_python(found):
     import platform
-    detail = "Python %s (%s), bytecode: %s" % (
-        platform.python_version(), platform.python_implementation(),
-        globals().get("BYTECODE_ORIGIN") or "source")
+    detail = "Python %s (%s) at %s%s, bytecode: %s" % (
+        platform.python_version(), platform.python_implementation(), sys.executable,
+        interpreter_origin(found), globals().get("BYTECODE_ORIGIN") or "source")
     if sys.version_info[:2] > NEWEST_TESTED:
-        newest = "python%d.%d" % NEWEST_TESTED
+        newest = "%d.%d" % NEWEST_TESTED
+        python = "py -%s" % newest if found["platform"] == "win32" else "python" + newest
         return ("warn", None, detail + ", newer than the newest this release was tested on (%s)"
-                % newest[6:], "%s %s mcp print-config --python"
-                % (newest, shell_word(found["program"])))
+                % newest, doctor_command(found, "mcp", "print-config", "--python", python=python))
     return "ok", None, detail, None
+
+
+def interpreter_origin(found):
+    """Where the interpreter came from, and on macOS which one a client
+    started from the Dock would run a .pyz entry with: such a client gives
+    its servers the system PATH, whose python3 is the Command Line Tools'."""
+    import shutil
+    on_path = shutil.which("python3", path=found["environ"].get("PATH") or os.defpath)
+    same = on_path is not None and os.path.realpath(on_path) == os.path.realpath(sys.executable)
+    origin = " (python3 on PATH)" if same else ""
+    system_path = PLATFORMS[found["platform"]]["system_path"]
+    if system_path:
+        dock = shutil.which("python3", path=system_path)
+        origin += "; a client started from the Dock runs a .pyz entry with %s (PATH %s)" % (
+            dock or "no python3", system_path)
+    return origin
 
 
 def check_config_dir(found):
     directory, source = config_directory(found["options"].get("config_dir"), found["environ"],
-                                         with_source=True)
+                                         True, found["platform"])
     found["config_dir"] = directory
     detail = "%s (from %s)" % (directory, source)
     if not os.path.isdir(directory):
-        return ("warn", None, detail + " does not exist",
-                "mkdir -p -m 700 %s" % shell_word(directory))
+        return "warn", None, detail + " does not exist", fix(found, "mkdir", path=directory)
     return "ok", None, detail, None
 
 
@@ -3504,49 +3941,52 @@ def check_token(found):
     try:
         token, too_open = read_token(environ, config_dir)
     except Problem as problem:
-        return ("fail", problem.code) + token_failure(problem, source, path, where, config_dir)
+        return ("fail", problem.code) + token_failure(found, problem, source, path, where)
     found["token"], found["token_file"] = token, path
     if too_open:
         return ("warn", None, "from %s, well formed, but the file is open to group or others"
-                % where, "chmod 600 %s" % shell_word(path))
+                % where, fix(found, "private", path=path))
     return "ok", None, "from %s, well formed" % where, None
 
 
-def token_failure(problem, source, path, where, config_dir):
+def token_failure(found, problem, source, path, where):
     """(detail, fix) of a token that cannot be used; never a word of the token."""
-    own_file = os.path.join(config_dir, "token")
+    own_file = os.path.join(found["config_dir"], "token")
+    point_at_file = fix(found, "set", name="MEMPROVE_TOKEN_FILE", value=example(found, "token"))
     if problem.code == "token_malformed":
-        fix = ("unset MEMPROVE_TOKEN, and put the token on one line in %s" % own_file
-               if path is None else "write the token again, alone on the first line of %s" % path)
-        return "the token from %s has white space or a character outside printable ASCII" % where, fix
+        remedy = ("%s, and put the token on one line in %s" % (
+            fix(found, "unset", name="MEMPROVE_TOKEN"), own_file)
+            if path is None else "write the token again, alone on the first line of %s" % path)
+        return ("the token from %s has white space or a character outside printable ASCII"
+                % where, remedy)
     if source is None:
         return ("not set: MEMPROVE_TOKEN and MEMPROVE_TOKEN_FILE are empty and %s does not exist"
-                % own_file, "export MEMPROVE_TOKEN_FILE=/path/to/your/memprove/token")
+                % own_file, point_at_file)
     if path is None:
-        return "MEMPROVE_TOKEN holds only white space", "unset MEMPROVE_TOKEN"
+        return "MEMPROVE_TOKEN holds only white space", fix(found, "unset", name="MEMPROVE_TOKEN")
     reason = "is empty" if problem.hint == "The token file is empty." else "cannot be read"
     if source == "MEMPROVE_TOKEN_FILE":
-        return ("MEMPROVE_TOKEN_FILE names %s, which %s" % (path, reason),
-                "export MEMPROVE_TOKEN_FILE=/path/to/your/memprove/token")
-    return "%s %s" % (path, reason), "write the token into %s, then: chmod 600 %s" % (
-        path, shell_word(path))
+        return "MEMPROVE_TOKEN_FILE names %s, which %s" % (path, reason), point_at_file
+    private = found["shell"]["private"] and fix(found, "private", path=path)
+    return "%s %s" % (path, reason), "write the token into %s%s" % (
+        path, ", then: " + private if private else "")
 
 
 def check_data_dir(found):
     environ, config_dir = found["environ"], found["config_dir"]
+    set_it = fix(found, "set", name="MEMPROVE_DATA_DIR", value=example(found, "data_dir"))
     try:
         data_dir, source = data_directory(environ, config_dir)
     except Problem:
         return ("fail", "data_dir_missing", "not set: MEMPROVE_DATA_DIR is empty and %s names none"
-                % os.path.join(config_dir, "data-dir"),
-                "export MEMPROVE_DATA_DIR=/path/to/the/daemons/data-dir")
+                % os.path.join(config_dir, "data-dir"), set_it)
     found["data_dir"] = data_dir
     detail = "%s (from %s)" % (data_dir, source)
     if not os.path.isdir(data_dir):
-        fix = ("export MEMPROVE_DATA_DIR=/path/to/the/daemons/data-dir" if source != "config" else
-               "echo /path/to/the/daemons/data-dir > %s"
-               % shell_word(os.path.join(config_dir, "data-dir")))
-        return "fail", "data_dir_missing", detail + " is not a directory", fix
+        remedy = set_it if source != "config" else fix(
+            found, "write", value=example(found, "data_dir"),
+            path=os.path.join(config_dir, "data-dir"))
+        return "fail", "data_dir_missing", detail + " is not a directory", remedy
     return "ok", None, detail, None
 
 
@@ -3556,10 +3996,11 @@ def check_workspace(found):
     workspace = find_workspace(found["environ"], found["options"].get("workspace"), None, warnings)
     ignored = "".join(", %s (ignored)" % warning for warning in warnings)
     if workspace.problem:
+        project = example(found, "project")
         return ("fail", workspace.problem, "%s (found by %s)%s cannot be used: it does not exist, "
                 "is not a directory, or its path is not UTF-8"
                 % (workspace.root or "the start directory", workspace.found_by, ignored),
-                "cd /path/to/your/project, or give it: --workspace /path/to/your/project")
+                "cd %s, or give it: --workspace %s" % (project, project))
     root = found["root"] = workspace.root
     detail = "%s (found by %s)%s" % (root, workspace.found_by, ignored)
     if not workspace.marked:
@@ -3568,27 +4009,30 @@ def check_workspace(found):
     context, error = read_context(root)
     if error:
         path = os.path.join(root, ".memprove", "context.json")
-        return ("fail", error.code, "%s, but its context cannot be read%s" % (
-            detail, ": " + error.hint if error.hint else ""),
+        whose = "another Workspace's context" if error.code == "context_foreign" else \
+            "its context cannot be read"
+        return ("fail", error.code, "%s, but %s%s" % (
+            detail, whose, ": " + error.hint if error.hint else ""),
             "remove what the detail names from %s" % os.path.join(root, ".memprove")
-            if error.hint else "call `begin` from your agent (it moves the file aside), or: "
-            "mv %s %s" % (shell_word(path), shell_word(path + ".bad")))
+            if error.hint else "call `begin` from your agent (it moves the file aside), or: " +
+            fix(found, "move", path=path, target=path + ".bad"))
     task, session = context.get("task"), context.get("session")
     return ("ok", None, "%s, .memprove/ present, %s, %s, %d runs in runs.jsonl" % (
         detail, "Task %d" % task["number"] if task else "no Task",
         "Session %d" % session["number"] if session else "no Session",
-        len(read_runs(root))), None)
+        sum(1 for _ in each_run(root))), None)
 
 
 DAEMON_FIXES = {
     "daemon_unavailable": "start the memprove daemon (its daemon.json may be left from one that stopped)",
     "daemon_address_refused": "daemon.json must name http://127.0.0.1:<port>; restart the memprove daemon",
-    "daemon_timeout": "restart the memprove daemon, or give it longer: export MEMPROVE_TIMEOUT=30",
+    "daemon_timeout": "restart the memprove daemon, or give it longer: {longer}",
     "daemon_error": "restart the memprove daemon and read its log",
     "unauthenticated": "the daemon does not know this token: use one it issued",
     "token_revoked": "the token was revoked: get a new one from the daemon",
     "scope_missing": "the token lacks the scope mcp-read: get one with mcp-read and mcp-write",
 }
+FOREIGN_LISTENER = "Another user listens on that port."
 
 
 def check_daemon(found):
@@ -3599,7 +4043,7 @@ def check_daemon(found):
     if missing:
         return "skip", None, "not tried: the %s check failed" % " and ".join(missing), None
     try:
-        url = read_daemon_url(found["data_dir"])
+        url = read_daemon(found["data_dir"])[0]
     except Problem as problem:
         return ("fail", problem.code, "no readable daemon.json in %s: the daemon is not running"
                 % found["data_dir"], DAEMON_FIXES[problem.code])
@@ -3615,11 +4059,17 @@ def check_daemon(found):
             "daemon_unavailable": "nobody answers there",
             "daemon_timeout": "no answer to listTasks within %g s" % seconds,
         }.get(problem.code, "listTasks answered %s" % problem.code))
-        fix = DAEMON_FIXES.get(problem.code, "see the Problem codes in the README's Troubleshooting")
+        remedy = DAEMON_FIXES.get(problem.code, "see the Problem codes in the README's "
+                                  "Troubleshooting").format(
+            longer=fix(found, "set", name="MEMPROVE_TIMEOUT", value="30"))
+        if problem.hint == FOREIGN_LISTENER:
+            # §6 rule 17: the daemon stopped, and another user took its port.
+            detail = "%s: another user listens there, so the token was not sent" % url
+            remedy = DAEMON_FIXES["daemon_unavailable"]
         if problem.code in ("unauthenticated", "token_revoked"):
-            fix += (", and put it in %s" % found["token_file"] if found.get("token_file")
-                    else ": export MEMPROVE_TOKEN=<the new token>")
-        return "fail", problem.code, detail, fix
+            remedy += (", and put it in %s" % found["token_file"] if found.get("token_file")
+                       else ": " + fix(found, "set", name="MEMPROVE_TOKEN", value="<the new token>"))
+        return "fail", problem.code, detail, remedy
     return "ok", None, "%s answered listTasks for this Workspace: %d Task%s" % (
         url, len(tasks), "" if len(tasks) == 1 else "s"), None
 
@@ -3632,16 +4082,22 @@ def check_client(found):
                 print_config_line(found))
     holder = token_holder(entry, found["token"])
     if holder:
+        private = found["shell"]["private"]
         return ("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
-                % (place, holder), "remove it: the token belongs in %s (chmod 600); the entry "
-                "to use instead: %s" % (os.path.join(found["config_dir"], "token"),
-                                        print_config_line(found)))
+                % (place, holder), "remove it: the token belongs in %s%s; the entry to use "
+                "instead: %s" % (os.path.join(found["config_dir"], "token"),
+                                 " (chmod 600)" if private else "", print_config_line(found)))
     command, args = entry["command"], entry["args"]
     if not command or not command_exists(command, found["environ"]):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, command or "no command"), print_config_line(found))
-    program = args[0] if INTERPRETER.match(os.path.basename(command)) and args else command
-    if INTERPRETER.match(os.path.basename(command)) and not os.path.exists(program):
+    interpreter = INTERPRETER.match(os.path.basename(command))
+    if not interpreter and PLATFORMS[found["platform"]]["interpreter_first"]:
+        return ("fail", "client_command_missing", "the memprove entry in %s runs %s itself, "
+                "which Windows cannot start: it must name the interpreter" % (place, command),
+                print_config_line(found))
+    program = args[0] if interpreter and args else command
+    if interpreter and not os.path.exists(program):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, program), print_config_line(found))
     if os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
@@ -3668,22 +4124,19 @@ DOCTOR_CHECKS = [
 
 # -- the client's memprove entry ---------------------------------------------
 # Only the entry named memprove is kept: nothing else in these files is
-# printed or held.  An entry is {"command", "args", "env", "text"}, `text`
-# being everything it holds, for the token's value.
+# printed or held.  An entry is {"command", "args", "env", "keyed", "text"}:
+# `keyed` is every (key, value) it holds, `text` everything it holds, for the
+# token's value.  These files may come from a repository (a project's
+# .continue/, .gemini/...), so reading one costs time in proportion to its
+# size whatever it holds (contract.md §6 rule 16).
 
 def find_client_entry(name, found):
     """(file, entry, files looked at) of the first memprove entry, or (None, None, looked)."""
     looked, root = [], found.get("root")
-    for base, parts, prefix in client_places(name):
-        if base == "root":
-            if root is None:
-                continue
-            path = os.path.join(root, *parts)
-        elif base == "codex":
-            path = os.path.join(found["environ"].get("CODEX_HOME") or
-                                os.path.join(os.path.expanduser("~"), ".codex"), *parts)
-        else:
-            path = os.path.join(os.path.expanduser("~"), *parts)
+    for base, parts, prefix in client_places(name, found["platform"]):
+        path = place_path(base, parts, found["environ"], root, found["platform"])
+        if path is None:
+            continue
         keys = tuple(root if key == "<root>" else key for key in prefix) + entry_keys(name)
         label = "%s (projects[root])" % path if prefix else path
         looked.append(label)
@@ -3697,12 +4150,6 @@ def find_client_entry(name, found):
             if entry is not None:
                 return (label if one == path else one), entry, looked
     return None, None, looked
-
-
-def client_places(name):
-    """The project file of the client's row in CLIENTS, then its user files."""
-    project = CLIENTS[name]["project_file"]
-    return ([("root", project, ())] if project else []) + list(CLIENTS[name]["user_files"])
 
 
 def entry_keys(name):
@@ -3728,14 +4175,14 @@ def listing_or_none(path):
 
 def read_client_entry(path, keys):
     try:
-        data = read_regular(path, MAX_CLIENT_FILE)[0].decode("utf-8", "replace")
+        data = user_text(read_regular(path, MAX_CLIENT_FILE)[0])
     except (OSError, ValueError):
         return None
     if path.endswith(".json"):
         return json_client_entry(data, keys)
     if path.endswith(".toml"):
         return toml_client_entry(data)
-    return yaml_client_entry(data, keys[0])
+    return yaml_client_entry(data)
 
 
 def json_client_entry(data, keys):
@@ -3757,54 +4204,62 @@ def json_client_entry(data, keys):
     return {"command": command if isinstance(command, str) else None,
             "args": [arg for arg in args if isinstance(arg, str)],
             "env": env if isinstance(env, dict) else {},
-            "keyed": list(keyed_strings(value)), "text": dump_json(value, ascii=False)}
+            "keyed": keyed_values(value), "text": dump_json(value, ascii=False)}
 
 
-def keyed_strings(value, key=None):
-    """(key, value) for every value in a JSON entry, nested ones included."""
-    if isinstance(value, dict):
-        for name, item in value.items():
-            for pair in keyed_strings(item, name):
-                yield pair
-    elif isinstance(value, list):
-        for item in value:
-            for pair in keyed_strings(item, key):
-                yield pair
-    else:
-        yield key, value
+def keyed_values(value):
+    """(key, value) for every scalar in a JSON entry, nested ones included
+    (a list's items under the list's key), walked without recursion so that a
+    deep entry costs no more than a wide one."""
+    pairs, pending = [], [(None, value)]
+    while pending:
+        key, item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(reversed(list(item.items())))
+        elif isinstance(item, list):
+            pending.extend((key, element) for element in reversed(item))
+        else:
+            pairs.append((key, item))
+    return pairs
 
 
 # TOML and YAML: the server imports no parser, so the memprove block is found
 # by its lines as print-config writes them, and only presence, the command
-# and the token rule are checked (doctor.md).
-ASSIGNED = Pattern(r"""["']?([A-Za-z0-9_.\-]+)["']?\s*[:=]\s*("(?:[^"\\]|\\.)*"|'[^']*'|[^,{}\[\]\s#][^,}\]#]*)""")
+# and the token rule are checked (doctor.md).  Lines over MAX_CLIENT_LINE are
+# skipped, and each line is read by a scanner that only moves forward.
+
+TOML_TABLE = Pattern(r"""\s*\[\s*mcp_servers\s*\.\s*["']?memprove["']?\s*(\]|\.)""")
+YAML_KEYED = Pattern(r"""(\s*)(-\s+)?["']?memprove["']?\s*:\s*(#.*)?\Z""")
+YAML_NAMED = Pattern(r"""(\s*)-\s+(\{[^}]*)?name\s*:\s*["']?memprove["']?\s*[,}]?""")
+
+
+def client_lines(data):
+    """The lines of a TOML or YAML file, each over MAX_CLIENT_LINE made empty."""
+    return [line if len(line) <= MAX_CLIENT_LINE else "" for line in data.splitlines()]
 
 
 def toml_client_entry(data):
-    import re
-    lines, block = data.splitlines(), None
+    lines = client_lines(data)
     for index, line in enumerate(lines):
-        if re.match(r"""\s*\[\s*mcp_servers\s*\.\s*["']?memprove["']?\s*\]\s*(#.*)?\Z""", line):
+        table = TOML_TABLE.match(line)
+        if table and table.group(1) == "]":
             block = [line]
             for rest in lines[index + 1:]:
-                if re.match(r"\s*\[", rest) and not re.match(
-                        r"""\s*\[\s*mcp_servers\s*\.\s*["']?memprove["']?\s*\.""", rest):
+                if rest.lstrip().startswith("[") and not TOML_TABLE.match(rest):
                     break
                 block.append(rest)
-            break
-    return block and lines_entry(block)
+            return lines_entry(block)
+    return None
 
 
-def yaml_client_entry(data, container):
+def yaml_client_entry(data):
     """The memprove block: goose's `memprove:` key, or Continue's list item `name: memprove`."""
-    import re
-    lines = data.splitlines()
+    lines = client_lines(data)
     for index, line in enumerate(lines):
-        keyed = re.match(r"""(\s*)(-\s+)?["']?memprove["']?\s*:\s*(#.*)?\Z""", line)
-        named = re.match(r"""(\s*)-\s+(\{.*)?name\s*:\s*["']?memprove["']?\s*[,}]?""", line)
-        if not (keyed or named):
+        found = YAML_KEYED.match(line) or YAML_NAMED.match(line)
+        if not found:
             continue
-        indent = len((keyed or named).group(1))
+        indent = len(found.group(1))
         block = [line]
         for rest in lines[index + 1:]:
             stripped = rest.strip()
@@ -3816,56 +4271,127 @@ def yaml_client_entry(data, container):
 
 
 def lines_entry(block):
-    """command, args and env keys of a TOML or YAML block, read line by line."""
-    import re
-    command, args, env = None, [], {}
-    for index, line in enumerate(block):
-        for key, raw in ASSIGNED.findall(line):
-            if key in ("command", "cmd") and command is None:
-                command = scalar(raw)
-            else:
-                env[key] = scalar(raw)
-        listed = re.search(r"\bargs\s*[:=]\s*\[(.*)\]", line)
-        if listed:
-            args = flow_items(listed.group(1))
-        elif re.match(r"\s*(-\s+)?args\s*:\s*(#.*)?\Z", line):
-            indent = len(line) - len(line.lstrip())
-            for rest in block[index + 1:]:
-                item = re.match(r"(\s*)-\s+(.*)", rest)
-                if not item or len(item.group(1)) < indent:
-                    break
-                args.append(scalar(item.group(2)))
-    return {"command": command, "args": args, "env": env, "keyed": list(env.items()),
-            "text": "\n".join(block)}
+    """command, args and env keys of a TOML or YAML block, read line by line in
+    one pass: `args` as a flow list, or as the `- item` lines under `args:`."""
+    command, args, env, keyed = None, [], {}, []
+    collecting = None                  # the indentation of an `args:` whose items follow
+    for line in block:
+        indent = len(line) - len(line.lstrip())
+        stripped = line.strip()
+        if collecting is not None and stripped.startswith("- ") and indent >= collecting:
+            args.append(scalar_at(stripped, 2)[0])
+            continue
+        collecting = None
+        for key, value in line_pairs(line):
+            if key == "args" and isinstance(value, list):
+                args = value
+            elif key == "args" and value == "":
+                args, collecting = [], indent
+            elif key in ("command", "cmd") and command is None and isinstance(value, str):
+                command = value
+            elif isinstance(value, str):
+                env[key] = value
+            keyed.append((key, value))
+    return {"command": command, "args": args, "env": env, "keyed": keyed, "text": "\n".join(block)}
 
 
-def scalar(raw):
-    """A TOML or YAML string as written: double-quoted (JSON escapes), single-quoted, or plain."""
-    import re
-    raw = raw.strip()
-    if raw.startswith('"'):
-        match = re.match(r'"((?:[^"\\]|\\.)*)"', raw)
-        if match:
-            try:
-                return load_json('"%s"' % match.group(1))
-            except ValueError:
-                return match.group(1)
-    if raw.startswith("'"):
-        return raw[1:].split("'")[0]
-    return raw.split(" #")[0].strip()
+KEY_CHARACTERS = Pattern(r"""[^\s:=#,{}\[\]"']+""")
+PLAIN_VALUE = Pattern(r"""[^,{}\[\]#]*""")
 
 
-def flow_items(text):
-    import re
-    return [scalar(item) for item in re.findall(r"""("(?:[^"\\]|\\.)*"|'[^']*'|[^,\s][^,]*)""", text)]
+def line_pairs(line):
+    """(key, value) of every `key = value` or `key: value` on a line, flow
+    mappings included; a value is a string, a list of strings (a flow
+    sequence), or None (a flow mapping, whose pairs come next).  Every step
+    moves forward, so a line costs time in proportion to its length."""
+    pairs, index, end = [], 0, len(line)
+    while index < end:
+        char = line[index]
+        if char == "#":
+            break
+        if char in " \t-{},[]":
+            index += 1
+            continue
+        if char in "\"'":
+            key, index = scalar_at(line, index)
+        else:
+            match = KEY_CHARACTERS.match(line, index)
+            if match is None:
+                index += 1               # a character no key holds
+                continue
+            key, index = match.group(), match.end()
+        index = skip_blanks(line, index)
+        if index >= end or line[index] not in ":=":
+            continue
+        value, index = value_at(line, skip_blanks(line, index + 1))
+        pairs.append((key, value))
+    return pairs
+
+
+def skip_blanks(line, index):
+    while index < len(line) and line[index] in " \t":
+        index += 1
+    return index
+
+
+def value_at(line, index):
+    """(value, index after it) of the value starting at line[index]."""
+    if index >= len(line) or line[index] == "#":
+        return "", len(line)
+    if line[index] == "{":
+        return None, index + 1
+    if line[index] != "[":
+        return scalar_at(line, index)
+    items, index = [], index + 1
+    while True:
+        index = skip_blanks(line, index)
+        if index >= len(line) or line[index] == "]":
+            return items, index + 1
+        if line[index] == ",":
+            index += 1
+            continue
+        item, after = scalar_at(line, index)
+        items.append(item)
+        index = max(after, index + 1)
+
+
+DOUBLE_QUOTED = Pattern(r'"((?:[^"\\]|\\.)*)"')
+
+
+def scalar_at(line, index):
+    """(string, index after it): double-quoted (JSON's escapes, which TOML and
+    YAML share for what print-config writes), single-quoted, or plain up to a
+    flow separator or a comment.  An unclosed quote takes the rest of the line."""
+    char = line[index:index + 1]
+    if char == '"':
+        match = DOUBLE_QUOTED.match(line, index)
+        if not match:
+            return line[index + 1:], len(line)
+        try:
+            return load_json(match.group(), quick=True), match.end()
+        except ValueError:
+            return match.group(1), match.end()
+    if char == "'":
+        close = line.find("'", index + 1)
+        if close < 0:
+            return line[index + 1:], len(line)
+        return line[index + 1:close], close + 1
+    match = PLAIN_VALUE.match(line, index)
+    return match.group().split(" #")[0].strip(), match.end()
 
 
 def token_holder(entry, token):
-    """What in the entry holds a token, by name (never the value), or None."""
+    """What in the entry holds a token, by name (never the value), or None:
+    a key or an argument whose name holds TOKEN, a `NAME=VALUE` word of the
+    command (`env MEMPROVE_TOKEN=... python3`), or the token's own value."""
     for key, value in entry["keyed"]:
-        if isinstance(key, str) and "token" in key.lower() and value not in (None, False, "") \
+        if isinstance(key, str) and "token" in key.lower() and value not in (None, False, "", []) \
                 and not (isinstance(value, str) and VARIABLE_REFERENCE.match(value)):
-            return "the key %s" % key
+            return "the key %s" % shown_name(key)
+    words = (entry["command"] or "").split()
+    for name, value in [word.partition("=")[::2] for word in words if "=" in word]:
+        if "token" in name.lower() and value and not VARIABLE_REFERENCE.match(value):
+            return "%s in the command" % shown_name(name)
     args = entry["args"]
     for index, arg in enumerate(args):
         name, equals, value = arg.partition("=")
@@ -3874,12 +4400,17 @@ def token_holder(entry, token):
                 continue
             value = args[index + 1] if index + 1 < len(args) else ""
         if "token" in name.lower() and value and not VARIABLE_REFERENCE.match(value):
-            return "the argument %s" % name
+            return "the argument %s" % shown_name(name)
     # The value anywhere: in the text as written, or in a string once unescaped.
     if token and (token in entry["text"] or any(
             isinstance(value, str) and token in value for _, value in entry["keyed"])):
         return "this token's value"
     return None
+
+
+def shown_name(name):
+    """A key or variable name from a user's file, on one line and short."""
+    return shown_path(name[:LOG_FIELD])
 
 
 def command_exists(command, environ):

@@ -97,7 +97,7 @@ def print_config(python, pyz, args, env, cwd):
     assert done.returncode == 0, done.stderr
     entry = json.loads(done.stdout.decode("utf-8"))      # exactly one JSON document
     where = one_stderr_line(done)
-    assert ".mcp.json" in where and "~/.claude.json" in where, where
+    assert ".mcp.json" in where and os.path.join(env["HOME"], ".claude.json") in where, where
     return entry, done
 
 

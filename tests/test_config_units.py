@@ -19,7 +19,6 @@ sys.path.insert(0, str(REPO_ROOT))
 import memprove_mcp as mp  # noqa: E402
 
 POSIX_ONLY = pytest.mark.skipif(os.name == "nt", reason="POSIX file modes, FIFOs and symlinks")
-WINDOWS_ONLY = pytest.mark.skipif(os.name != "nt", reason="APPDATA is read on Windows only")
 PLANTED = "ZQXJ-planted-7731"   # a value no hint may repeat
 UUID = "0b9d2c1e-4f6a-4b8e-9c3d-2a1f0e9b8c7d"
 
@@ -84,10 +83,12 @@ def test_config_default_is_dot_config_under_home(home):
     assert mp.config_directory(None, {}) == str(home / ".config" / "memprove")
 
 
-@WINDOWS_ONLY
 def test_config_appdata_on_windows(tmp_path, home):
-    assert mp.config_directory(None, {"APPDATA": str(tmp_path / "appdata")}) == \
+    assert mp.config_directory(None, {"APPDATA": str(tmp_path / "appdata")}, False, "win32") == \
         str(tmp_path / "appdata" / "memprove")
+    # Elsewhere APPDATA means nothing (a Wine or Cygwin leftover).
+    assert mp.config_directory(None, {"APPDATA": str(tmp_path / "appdata")}, False, "linux") == \
+        str(home / ".config" / "memprove")
 
 
 @pytest.mark.parametrize("option, env, tail", [
@@ -230,19 +231,20 @@ def test_data_dir_missing_or_empty(config, content):
 
 
 # --------------------------------------------------------------------------
-# read_daemon_url: <data dir>/daemon.json's "url"
+# read_daemon: <data dir>/daemon.json's "url", and who owns the file
 # --------------------------------------------------------------------------
 
 def test_daemon_url_read_from_daemon_json(tmp_path):
     write(tmp_path / "daemon.json", '{"url": "http://127.0.0.1:47311", "pid": 4242}')
-    assert mp.read_daemon_url(str(tmp_path)) == "http://127.0.0.1:47311"
+    url, owner = mp.read_daemon(str(tmp_path))
+    assert url == "http://127.0.0.1:47311" and owner == os.stat(str(tmp_path / "daemon.json")).st_uid
 
 
 @pytest.mark.parametrize("content", [None, "not json", "[1, 2]", '{"url": 47311}', "directory",
                                      "[" * 60000])
 def test_daemon_url_unusable_file_is_unavailable(tmp_path, content):
     write(tmp_path / "daemon.json", content)
-    raises_problem("daemon_unavailable", mp.read_daemon_url, str(tmp_path))
+    raises_problem("daemon_unavailable", mp.read_daemon, str(tmp_path))
 
 
 # --------------------------------------------------------------------------

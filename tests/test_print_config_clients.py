@@ -100,18 +100,20 @@ DOCUMENTED = {
 
 # Where each entry goes: text the standard-error line must hold, and the file
 # under the project (the Workspace root) it names, if any.
+# The words each client's standard-error line holds ("~" standing for the real
+# home directory, which the line names: never "~/"), and its project file.
 WHERE = {
     "claude-code": (("~/.claude.json",), (".mcp.json",)),
-    "codex": (("~/.codex/config.toml", "CODEX_HOME"), None),
+    "codex": (("~/.codex/config.toml",), None),
     "gemini": (("~/.gemini/settings.json", "trusted"), (".gemini", "settings.json")),
     "opencode": (("~/.config/opencode/opencode.json",), ("opencode.json",)),
     "cline": (("~/.cline/data/settings/cline_mcp_settings.json",), None),
     "continue": (("~/.continue/config.yaml", "cn --config"), None),
     "amp": (("~/.config/amp/settings.json",), (".amp", "settings.json")),
     "cursor": (("~/.cursor/mcp.json",), (".cursor", "mcp.json")),
-    "vscode": (("mcp.json",), (".vscode", "mcp.json")),
+    "vscode": (("~/.config/Code/User/mcp.json",), (".vscode", "mcp.json")),
     "windsurf": (("~/.codeium/windsurf/mcp_config.json",), None),
-    "zed": (("settings.json",), (".zed", "settings.json")),
+    "zed": (("~/.config/zed/settings.json",), (".zed", "settings.json")),
     "goose": (("~/.config/goose/config.yaml",), None),
 }
 
@@ -157,8 +159,13 @@ GOLDEN_PYTHON = """\
   }
 }
 """
+# Since issue 17 the line names the real home directory where it said `~/`.
 GOLDEN_WHERE = ("memprove-mcp: put this entry in @ROOT@/.mcp.json (project scope) or in "
-                "~/.claude.json (local or user scope).\n")
+                "@HOME@/.claude.json (local or user scope).\n")
+
+
+def golden_where(root, home):
+    return GOLDEN_WHERE.replace("@ROOT@", str(root)).replace("@HOME@", str(home))
 
 
 def golden(pyz, config_dir, python=None):
@@ -178,6 +185,21 @@ def run_print_config(pyz, args, env, cwd):
     err = done.stderr.decode("utf-8")
     assert err.endswith("\n") and err.count("\n") == 1 and err.startswith("memprove-mcp: "), err
     return done.stdout, err
+
+
+# What each client expands in its configuration's values (clients.md): a path
+# holding it is refused, since the client would start another server.
+EXPANDS = {"claude-code": ("${",), "cursor": ("${",), "vscode": ("${",), "gemini": ("$",),
+           "opencode": ("{env:", "{file:")}
+
+
+def check_refused(pyz, args, env, cwd, marker):
+    """print-config refuses: exit 1, nothing on standard output, one line on
+    standard error naming the characters."""
+    done = run_cli(sys.executable, pyz, ["mcp", "print-config"] + list(args), env, cwd)
+    err = done.stderr.decode("utf-8")
+    assert done.returncode == 1 and done.stdout == b"", (done.returncode, done.stdout, err)
+    assert err.count("\n") == 1 and err.startswith("memprove-mcp: ") and marker in err, err
 
 
 def parse(client, data):
@@ -288,7 +310,7 @@ def test_every_client_parses_to_the_documented_entry(pyz, make_env, workspace, t
         no_surrogate_escapes(client, out)
         if not with_workspace or shown(str(target)) == str(target):
             # (A project path with control characters: test_the_where_line_stays_one_line.)
-            check_where(client, err, target if with_workspace else workspace)
+            check_where(client, err, target if with_workspace else workspace, env["HOME"])
 
 
 def make_workspace_dir(path):
@@ -297,12 +319,14 @@ def make_workspace_dir(path):
     return path
 
 
-def check_where(client, err, root):
-    """The standard-error line names the client's file, and the project's
-    own file under the Workspace root when the client reads one."""
+def check_where(client, err, root, home):
+    """The standard-error line names the client's file by its real path (no
+    `~/`), and the project's own file under the Workspace root when the
+    client reads one."""
     words, project_file = WHERE[client]
+    assert "~" not in err, (client, err)
     for word in words:
-        assert word in err, (client, err)
+        assert word.replace("~", home, 1) in err, (client, err)
     if project_file:
         assert shown(os.path.join(str(root), *project_file)) in err, (client, err)
 
@@ -328,14 +352,14 @@ def test_claude_code_is_the_default_byte_for_byte(pyz, make_env, workspace, tmp_
             assert named == default
             assert default[0] == golden(pyz, config_dir, interpreter if python else None) \
                 .encode("utf-8")
-            assert default[1] == GOLDEN_WHERE.replace("@ROOT@", str(workspace))
+            assert default[1] == golden_where(workspace, env["HOME"])
 
 
 def test_the_default_output_is_the_golden_without_any_option(pyz, make_env, workspace, home):
     """No option at all: the configuration directory is ~/.config/memprove."""
     out, err = run_print_config(pyz, [], make_env(), workspace)
     assert out == golden(pyz, str(home / ".config" / "memprove")).encode("utf-8")
-    assert err == GOLDEN_WHERE.replace("@ROOT@", str(workspace))
+    assert err == golden_where(workspace, home)
 
 
 # -- what never appears ----------------------------------------------------------
@@ -524,8 +548,13 @@ def test_any_path_survives_every_format(pyz, tmp_path_factory, client):
     def check(config_name, workspace_name):
         config_dir = os.path.abspath(os.path.join(str(home), config_name))
         target = os.path.abspath(os.path.join(str(home), "w", workspace_name))
-        out, _ = run_print_config(pyz, ["--config-dir", config_dir, "--client", client,
-                                        "--workspace", target], env, home)
+        args = ["--config-dir", config_dir, "--client", client, "--workspace", target]
+        expanded = [marker for marker in EXPANDS.get(client, ()) for path in (config_dir, target)
+                    if marker in path]
+        if expanded:
+            check_refused(pyz, args, env, home, expanded[0])
+            return
+        out, _ = run_print_config(pyz, args, env, home)
         document = parse(client, out)
         wanted = {"--config-dir": config_dir, "--workspace": target}
         args = {"codex": lambda d: d["mcp_servers"]["memprove"]["args"],

@@ -1,0 +1,166 @@
+"""The platform table (contract.md §5 "Platforms"): every rule that differs
+between Linux, macOS and Windows, checked by giving the platform to the
+function that applies it, so that the macOS and Windows rules are checked on
+any machine.  (The Windows tier, tests/test_windows.py, runs them under the
+real Windows interpreter.)  Expected values are written out from the spec and
+from ../shared/research/client-paths.md, never computed by the module.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import memprove_mcp as mp  # noqa: E402
+
+
+HOME = "/home/ana"
+ENVIRON = {"HOME": HOME, "USERPROFILE": "C:\\Users\\ana", "APPDATA": "C:\\Users\\ana\\AppData\\Roaming"}
+
+
+def test_sys_platform_names():
+    assert mp.platform_name("linux") == "linux"
+    assert mp.platform_name("darwin") == "darwin"
+    assert mp.platform_name("win32") == "win32"
+    assert mp.platform_name("freebsd14") == "linux"       # any other Unix: the POSIX rules
+    assert mp.platform_name("cygwin") == "linux"          # POSIX paths, POSIX shell
+
+
+def test_windows_entries_name_the_interpreter_and_fixes_are_powershell():
+    assert mp.PLATFORMS["win32"]["interpreter_first"] is True
+    assert mp.PLATFORMS["win32"]["shell"] == "powershell"
+    for name in ("linux", "darwin"):
+        assert mp.PLATFORMS[name]["interpreter_first"] is False
+        assert mp.PLATFORMS[name]["shell"] == "sh"
+
+
+# -- where each client's user file lives ---------------------------------------
+
+def user_file(client, platform, environ=ENVIRON):
+    base, parts, _ = next(place for place in mp.client_places(client, platform)
+                          if place[0] != "root")
+    return mp.place_path(base, parts, environ, "/ws", platform)
+
+
+@pytest.mark.parametrize("client, linux, darwin", [
+    ("claude-code", "/home/ana/.claude.json", "/home/ana/.claude.json"),
+    ("codex", "/home/ana/.codex/config.toml", "/home/ana/.codex/config.toml"),
+    ("gemini", "/home/ana/.gemini/settings.json", "/home/ana/.gemini/settings.json"),
+    ("opencode", "/home/ana/.config/opencode/opencode.json",
+     "/home/ana/.config/opencode/opencode.json"),                 # xdg-basedir, not Library
+    ("cline", "/home/ana/.cline/data/settings/cline_mcp_settings.json",
+     "/home/ana/.cline/data/settings/cline_mcp_settings.json"),
+    ("continue", "/home/ana/.continue/config.yaml", "/home/ana/.continue/config.yaml"),
+    ("cursor", "/home/ana/.cursor/mcp.json", "/home/ana/.cursor/mcp.json"),
+    ("vscode", "/home/ana/.config/Code/User/mcp.json",
+     "/home/ana/Library/Application Support/Code/User/mcp.json"),
+    ("windsurf", "/home/ana/.codeium/windsurf/mcp_config.json",
+     "/home/ana/.codeium/windsurf/mcp_config.json"),
+    ("zed", "/home/ana/.config/zed/settings.json", "/home/ana/.config/zed/settings.json"),
+    ("goose", "/home/ana/.config/goose/config.yaml", "/home/ana/.config/goose/config.yaml"),
+])
+def test_user_files_on_linux_and_macos(client, linux, darwin):
+    assert user_file(client, "linux") == linux
+    assert user_file(client, "darwin") == darwin
+
+
+def test_xdg_config_home_moves_the_files_of_the_clients_that_read_it():
+    environ = dict(ENVIRON, XDG_CONFIG_HOME="/xdg")
+    assert user_file("vscode", "linux", environ) == "/xdg/Code/User/mcp.json"
+    assert user_file("zed", "linux", environ) == "/xdg/zed/settings.json"
+    assert user_file("goose", "darwin", environ) == "/xdg/goose/config.yaml"
+    # Zed ignores it on macOS; VS Code keeps Library there.
+    assert user_file("zed", "darwin", environ) == "/home/ana/.config/zed/settings.json"
+    assert user_file("vscode", "darwin", environ).startswith("/home/ana/Library/")
+    # A relative value is no XDG directory.
+    assert user_file("goose", "linux", dict(ENVIRON, XDG_CONFIG_HOME="rel")) == \
+        "/home/ana/.config/goose/config.yaml"
+
+
+@pytest.mark.parametrize("client, parts", [
+    ("claude-code", ("C:\\Users\\ana", ".claude.json")),
+    ("vscode", ("C:\\Users\\ana\\AppData\\Roaming", "Code", "User", "mcp.json")),
+    ("zed", ("C:\\Users\\ana\\AppData\\Roaming", "Zed", "settings.json")),
+    ("goose", ("C:\\Users\\ana\\AppData\\Roaming", "Block", "goose", "config", "config.yaml")),
+    ("opencode", ("C:\\Users\\ana", ".config", "opencode", "opencode.json")),
+    ("cline", ("C:\\Users\\ana", ".cline", "data", "settings", "cline_mcp_settings.json")),
+])
+def test_user_files_on_windows(client, parts):
+    # os.path.join is this machine's: compare the pieces, not the separators.
+    assert user_file(client, "win32") == os.path.join(*parts)
+
+
+def test_codex_home_moves_codex_on_every_platform():
+    environ = dict(ENVIRON, CODEX_HOME="/codex")
+    for platform in ("linux", "darwin", "win32"):
+        assert user_file("codex", platform, environ) == os.path.join("/codex", "config.toml")
+
+
+# -- fix lines ---------------------------------------------------------------------
+
+def test_powershell_words_double_every_single_quote():
+    assert mp.powershell_word("mcp") == "mcp"
+    assert mp.powershell_word("C:\\Program Files\\Python313\\python.exe") == \
+        "'C:\\Program Files\\Python313\\python.exe'"
+    assert mp.powershell_word("C:\\Users\\o'brien\\x") == "'C:\\Users\\o''brien\\x'"
+    assert mp.powershell_word("it\u2019s") == "'it\u2019\u2019s'"
+    assert mp.powershell_word("$env:X") == "'$env:X'"                 # no expansion inside
+    assert mp.powershell_word("--client") == "--client"
+    assert mp.powershell_word("30") == "'30'"                        # a string, not a number
+
+
+def test_sh_words_quote_as_sh_reads_them():
+    assert mp.sh_word("/usr/bin/python3") == "/usr/bin/python3"
+    assert mp.sh_word("/a b/c") == "'/a b/c'"
+    assert mp.sh_word("it's") == "'it'\"'\"'s'"
+
+
+def found_for(platform, program="C:\\tools\\memprove_mcp.pyz"):
+    return {"shell": mp.SHELLS[mp.PLATFORMS[platform]["shell"]], "platform": platform,
+            "program": program, "options": {}, "config_dir": "C:\\Users\\ana\\memprove"}
+
+
+def test_powershell_fix_lines():
+    found = found_for("win32")
+    assert mp.fix(found, "set", name="MEMPROVE_TIMEOUT", value="30") == "$env:MEMPROVE_TIMEOUT = '30'"
+    assert mp.fix(found, "unset", name="MEMPROVE_TOKEN") == "Remove-Item Env:MEMPROVE_TOKEN"
+    assert mp.fix(found, "mkdir", path="C:\\Users\\o'b\\memprove") == \
+        "New-Item -ItemType Directory -Force -Path 'C:\\Users\\o''b\\memprove'"
+    assert mp.fix(found, "move", path="C:\\a b\\context.json", target="C:\\a b\\context.json.bad") \
+        == "Move-Item -LiteralPath 'C:\\a b\\context.json' -Destination 'C:\\a b\\context.json.bad'"
+    assert mp.SHELLS["powershell"]["private"] is None                 # no chmod on Windows
+    line = mp.doctor_command(found, "mcp", "print-config", "--client", "codex")
+    assert line == "& %s 'C:\\tools\\memprove_mcp.pyz' mcp print-config --client codex" % (
+        mp.powershell_word(sys.executable))
+
+
+def test_sh_fix_lines():
+    found = found_for("linux", "/opt/memprove mcp/memprove_mcp.pyz")
+    assert mp.fix(found, "set", name="MEMPROVE_TIMEOUT", value="30") == "export MEMPROVE_TIMEOUT=30"
+    assert mp.fix(found, "mkdir", path="/home/ana/.config/memprove") == \
+        "mkdir -p -m 700 /home/ana/.config/memprove"
+    assert mp.doctor_command(found, "mcp", "print-config") == \
+        "python3 '/opt/memprove mcp/memprove_mcp.pyz' mcp print-config"
+
+
+def test_macos_python_check_names_the_interpreter_a_dock_client_runs(monkeypatch):
+    found = dict(found_for("darwin", "/x.pyz"), environ={"PATH": os.defpath})
+    origin = mp.interpreter_origin(found)
+    assert "a client started from the Dock runs a .pyz entry with" in origin
+    assert "/usr/bin:/bin:/usr/sbin:/sbin" in origin
+    linux = mp.interpreter_origin(dict(found, platform="linux"))
+    assert "Dock" not in linux
+
+
+# -- files Windows tools write -----------------------------------------------------
+
+@pytest.mark.parametrize("data", [
+    b"tok-123\n", b"tok-123\r\n", b"\xef\xbb\xbftok-123\r\n",
+    "tok-123\r\n".encode("utf-16-le").join([b"\xff\xfe", b""]),
+    b"\xfe\xff" + "tok-123\r\n".encode("utf-16-be"),
+])
+def test_text_a_person_wrote_is_read_as_meant(data):
+    assert mp.user_text(data).split("\n")[0].strip() == "tok-123"

@@ -1814,9 +1814,9 @@ def tool_begin(call, args):
     if len(agent_name) > 64:
         raise invalid("`agent_name` is longer than 64 characters.")
     context, error = call.context_or_error()
-    if error is not None and error.hint:
+    if error is not None and unsafe_context_directory(call.root):
         raise error      # a link or a directory in .memprove/: nothing to start afresh from
-    # Otherwise begin starts afresh from an unreadable or another Workspace's context.json.
+    # Otherwise begin moves an unusable context.json aside and starts afresh.
     task = context.get("task")
     if "task" not in args and new_task is None and not task:
         raise Problem("no_task")
@@ -2803,6 +2803,9 @@ def read_context(root):
         return {}, Problem("context_unreadable", unsafe)
     path = os.path.join(root, ".memprove", "context.json")
     try:
+        if is_link(os.lstat(path)):
+            # §6 rule 14: a link can make two Workspaces share one context.
+            return {}, Problem("context_unreadable", "The file context.json is a link.")
         data = read_regular(path, MAX_CONTEXT_FILE + 1, follow=False)[0]
     except FileNotFoundError:
         return {"version": 1, "task": None, "session": None}, None
@@ -2822,30 +2825,28 @@ def read_context(root):
 
 
 def unsafe_context_directory(root):
-    """A hint naming what in `.memprove/` reading or writing would follow or
-    fail on, or None.
+    """A hint naming what in `.memprove/` a write would follow or fail on, or None.
 
     contract.md §6 rules 6 and 14: a link there could make a write create a
     file outside the Workspace, or make two Workspaces share one context, so
     it is found with the context file, before any daemon request, rather than
-    when the write comes.  A context.json of the wrong type is no danger: it
-    is unreadable, and `begin` moves it aside.
+    when the write comes.  (context.json itself is no such danger: whatever
+    it is, a link too, `begin` renames it aside and writes a new one.)
     """
     import stat
     directory = os.path.join(root, ".memprove")
-    for name, wanted in ((".memprove", stat.S_ISDIR), ("context.json", None),
-                         ("context.lock", stat.S_ISREG)):
+    for path, name, wanted in ((directory, ".memprove", stat.S_ISDIR),
+                               (os.path.join(directory, "context.lock"), "context.lock",
+                                stat.S_ISREG)):
         try:
-            status = os.lstat(directory if name == ".memprove" else os.path.join(directory, name))
+            status = os.lstat(path)
         except FileNotFoundError:
-            if name == ".memprove":
-                return None
-            continue
+            return None
         except OSError:
             return "The file %s cannot be examined." % name
         if is_link(status):
             return "The file %s is a link." % name
-        if wanted is not None and not wanted(status.st_mode):
+        if not wanted(status.st_mode):
             return "The file %s is not a %s." % (
                 name, "directory" if name == ".memprove" else "regular file")
     return None
@@ -4382,29 +4383,36 @@ def scalar_at(line, index):
 
 def token_holder(entry, token):
     """What in the entry holds a token, by name (never the value), or None:
-    a key or an argument whose name holds TOKEN, a `NAME=VALUE` word of the
-    command (`env MEMPROVE_TOKEN=... python3`), or the token's own value."""
+    a key, an argument or a word of the command whose name holds TOKEN (a
+    `NAME=VALUE` word, as in `env MEMPROVE_TOKEN=... python3`, or an option
+    and the word after it), or the token's own value anywhere."""
     for key, value in entry["keyed"]:
         if isinstance(key, str) and "token" in key.lower() and value not in (None, False, "", []) \
                 and not (isinstance(value, str) and VARIABLE_REFERENCE.match(value)):
             return "the key %s" % shown_name(key)
-    words = (entry["command"] or "").split()
-    for name, value in [word.partition("=")[::2] for word in words if "=" in word]:
-        if "token" in name.lower() and value and not VARIABLE_REFERENCE.match(value):
-            return "%s in the command" % shown_name(name)
-    args = entry["args"]
-    for index, arg in enumerate(args):
-        name, equals, value = arg.partition("=")
-        if not equals:
-            if not arg.startswith("-"):
-                continue
-            value = args[index + 1] if index + 1 < len(args) else ""
-        if "token" in name.lower() and value and not VARIABLE_REFERENCE.match(value):
-            return "the argument %s" % shown_name(name)
+    for place, words in (("the command", (entry["command"] or "").split()),
+                         ("the arguments", entry["args"])):
+        name = token_word(words)
+        if name:
+            return "%s in %s" % (shown_name(name), place)
     # The value anywhere: in the text as written, or in a string once unescaped.
     if token and (token in entry["text"] or any(
             isinstance(value, str) and token in value for _, value in entry["keyed"])):
         return "this token's value"
+    return None
+
+
+def token_word(words):
+    """The name of the first `NAME=VALUE` word, or option followed by a value,
+    whose name holds TOKEN and whose value is no variable reference."""
+    for index, word in enumerate(words):
+        name, equals, value = word.partition("=")
+        if not equals:
+            if not word.startswith("-"):
+                continue
+            value = words[index + 1] if index + 1 < len(words) else ""
+        if "token" in name.lower() and value and not VARIABLE_REFERENCE.match(value):
+            return name
     return None
 
 

@@ -257,36 +257,29 @@ def test_unreadable_context(stressed, case, workspace, tmp_path, daemon):
     assert server.close() == 0
 
 
-def test_dangling_symlink_is_a_missing_context(seeded, workspace):
-    server, valid = seeded
-    path = memprove_dir(workspace) / "context.json"
-    path.unlink()
-    os.symlink("nowhere/context.json", str(path))
-    code, value = call(server, "context", {})
-    assert code == "ok" and "context_error" not in value and value["task"] is None, value
-    assert call(server, "checkpoint")[0] == "no_task"
-    assert call(server, "tasks", {})[0] == "ok"
-    code, value = call(server, "begin", {"new_task": "Over the dangling link"})
-    assert code == "ok" and "moved_aside" not in value, value
-    assert not path.is_symlink() and assert_sound_context(workspace)
-    assert server.close() == 0
-
-
-def test_symlink_to_a_context_outside_is_read_but_never_written_through(seeded, workspace,
-                                                                        tmp_path):
+@pytest.mark.parametrize("target", ["dangling", "outside"])
+def test_a_linked_context_is_never_read_nor_written_through(seeded, workspace, tmp_path, target):
+    """contract.md §6 rule 14: a context.json that is a link (a clone's, to a
+    sibling project's) could make two Workspaces share one context, so it is
+    context_unreadable, named in the hint, for every tool but `context` and
+    `begin`; `begin` renames the link aside and writes a file of its own."""
     server, valid = seeded
     path = memprove_dir(workspace) / "context.json"
     outside = tmp_path / "outside-context.json"
     outside.write_bytes(valid)
     path.unlink()
-    os.symlink(str(outside), str(path))
+    os.symlink("nowhere/context.json" if target == "dangling" else str(outside), str(path))
     code, value = call(server, "context", {})
-    assert code == "ok" and value["task"]["title"] == "Stress", value
-    assert call(server, "checkpoint")[0] == "ok"
-    code, value = call(server, "begin", {"new_task": "Through a link"})
-    assert code == "ok", value
+    assert code == "ok" and value["context_error"] == "context_unreadable", value
+    assert value["task"] is None
+    code, text = call(server, "checkpoint")
+    assert code == "context_unreadable" and "The file context.json is a link." in text, text
+    code, value = call(server, "begin", {"new_task": "Not through the link"})
+    assert code == "ok" and value["moved_aside"].startswith("context.json.corrupt-"), value
+    assert (memprove_dir(workspace) / value["moved_aside"]).is_symlink()
     assert outside.read_bytes() == valid, "the write went through the symlink"
-    assert not path.is_symlink() and assert_sound_context(workspace)["task"]["title"] == "Through a link"
+    assert not path.is_symlink()
+    assert assert_sound_context(workspace)["task"]["title"] == "Not through the link"
     assert leftovers(workspace) == []
     assert server.close() == 0
 

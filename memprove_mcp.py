@@ -3222,9 +3222,10 @@ def run_line(run):
 # lines of many records at once, field by field, and must give exactly what
 # claim_line and run_line give (tests/test_pack_properties.py holds them to it).
 
-ASCII_CONTROLS = bytes(range(32)) + b"\x7f"
+CONTROLS_MARKED = bytes(0xFF if code < 0x20 or code == 0x7F else code for code in range(256))
 FOLD_CHUNK = 256      # texts checked together: one that needs folding costs its chunk a closer look
 BUILD_CHUNK = 64      # lines built together when the budget, not a query, decides how many
+MATCH_CHUNK = 256     # lines built and matched together for a query
 
 
 def folded_already(texts):
@@ -3245,10 +3246,11 @@ def folded_already(texts):
         return False
     if ascii_only(joined):
         # str.isprintable looks every character up in the Unicode database;
-        # ASCII only has to be free of its 33 controls, which bytes.translate
-        # finds several times faster.
+        # ASCII only has to be free of its 33 controls.  A table that changes
+        # nothing else leaves the bytes equal exactly when there is none, and
+        # bytes.translate without deletions is its quickest loop.
         data = joined.encode("ascii")
-        return len(data.translate(None, ASCII_CONTROLS)) == len(data)
+        return data.translate(CONTROLS_MARKED) == data
     return joined.isprintable()
 
 
@@ -3318,13 +3320,23 @@ def candidate_lines(sections, records):
     return lines
 
 
-def matching_lines(lines, tokens):
-    """The indices of the lines that hold every token once casefolded."""
-    folded = [line.casefold() for line in lines]
-    found = range(len(lines))
-    for token in tokens:
-        found = [index for index in found if token in folded[index]]
-    return found
+def matching_candidates(sections, records, tokens):
+    """(indices, lines): the candidates whose casefolded line holds every token.
+
+    A chunk at a time, keeping only the lines that match: the lines of a
+    large Task, built all at once and then read again to match them, outgrow
+    the processor's caches (twice the cache misses of the line-by-line way).
+    """
+    found, kept = [], []
+    for start in range(0, len(records), MATCH_CHUNK):
+        lines = candidate_lines(sections[start:start + MATCH_CHUNK], records[start:start + MATCH_CHUNK])
+        folded = [line.casefold() for line in lines]
+        hits = range(len(lines))
+        for token in tokens:
+            hits = [index for index in hits if token in folded[index]]
+        found += [start + index for index in hits]
+        kept += [lines[index] for index in hits]
+    return found, kept
 
 
 def cut_count(lines):
@@ -3408,12 +3420,10 @@ def render_pack(capsule, budget=6000, query=None):
     uncut = []                                        # the lines built so far: always a prefix
     folded_query = fold(query)
     if folded_query:
-        uncut = candidate_lines(sections, records)
-        matching = matching_lines(uncut, folded_query.casefold().split(" "))
+        matching, uncut = matching_candidates(sections, records, folded_query.casefold().split(" "))
         header.append("Query: %s (%d of %d lines match)" % (folded_query, len(matching), len(records)))
         sections = [sections[index] for index in matching]
         records = [records[index] for index in matching]
-        uncut = [uncut[index] for index in matching]
 
     def line_of(index):
         while len(uncut) <= index:
@@ -3484,8 +3494,8 @@ def render_pack(capsule, budget=6000, query=None):
 
 
 def open_item_sentence(capsule):
-    numbers = sorted(claim["number"] for claim in capsule["claims"]
-                     if claim.get("kind") == "open_item" and claim.get("state") == "active")
+    numbers = sorted([claim["number"] for claim in capsule["claims"]
+                      if claim.get("kind") == "open_item" and claim.get("state") == "active"])
     if not numbers:
         return "No open items."
     listed = ", ".join("c%d" % number for number in numbers)

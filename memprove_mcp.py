@@ -3244,14 +3244,16 @@ def folded_already(texts):
         return False
     if "  " in joined or joined[:1] == " " or joined[-1:] == " ":
         return False
-    if ascii_only(joined):
-        # str.isprintable looks every character up in the Unicode database;
-        # ASCII only has to be free of its 33 controls.  A table that changes
-        # nothing else leaves the bytes equal exactly when there is none, and
-        # bytes.translate without deletions is its quickest loop.
+    # str.isprintable looks every character up in the Unicode database; ASCII
+    # only has to be free of its 33 controls.  A table that changes nothing
+    # else leaves the bytes equal exactly when there is none, and
+    # bytes.translate without deletions is its quickest loop.  (Encoding tells
+    # ASCII apart on 3.6 too, which has no str.isascii.)
+    try:
         data = joined.encode("ascii")
-        return data.translate(CONTROLS_MARKED) == data
-    return joined.isprintable()
+    except UnicodeEncodeError:
+        return joined.isprintable()
+    return data.translate(CONTROLS_MARKED) == data
 
 
 def fold_all(values):

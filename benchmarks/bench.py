@@ -87,7 +87,7 @@ PLAN = {
     "pack_small": (300, 40),     # render_pack, 1,000 claims
     "pack_medium": (100, 20),    # render_pack, 10,000 claims
     "pack_large": (15, 1),       # render_pack, 100,000 claims
-    "pack_e2e": (40, 8),         # pack of 10,000 claims through the server
+    "pack_e2e": (40, 12),        # pack of 10,000 claims through the server
     "memory_calls": (10000, 1000),
 }
 
@@ -1227,13 +1227,18 @@ def phase_pack_e2e(setting, pyz, quick, report, capsule):
     def cells(name):
         return ms(middle(name)), ms(percentile(samples[name], 0.9))
 
+    def over(name, baseline):
+        """The median of the differences within each repetition: a shared machine's
+        load drifts between repetitions more than within one."""
+        return median([ours - theirs for ours, theirs in zip(samples[name], samples[baseline])])
+
     report.section("The Pack end to end: a 10,000-claim Capsule (%s of JSON, `serve_capsule`) "
                    "through the server" % size_text(len(raw)))
     report.add("bare: `GET /v1/tasks/{id}/capsule`, its bytes read (the daemon's answer)", *cells("raw"),
                versus="baseline of `claims [1]`")
     report.add("`json.loads` of those bytes (in the bench process)", *cells("loads"),
                versus="baseline of the server's share")
-    share = middle("claims") - middle("raw")
+    share = over("claims", "raw")
     report.add("`claims [1]` through the server: the same request, then decoding and checking it all",
                *cells("claims"), versus="server's share %+.1f ms = %s `json.loads`" % (
                    share * 1000, ratio_text(share / middle("loads"))),
@@ -1242,7 +1247,7 @@ def phase_pack_e2e(setting, pyz, quick, report, capsule):
                         ("query", "query `%s` (%s of %s lines match), budget 6000" % (
                             (PACK_QUERY,) + matched.groups())),
                         ("wide", "budget 60,000, no query")):
-        difference = middle(name) - middle("claims")
+        difference = over(name, "claims")
         report.add("`pack`, %s → %d claims shown" % (label, figures[name]["claims_shown"]), *cells(name),
                    versus="%+.1f ms over `claims [1]` (%s)" % (
                        difference * 1000, ratio_text(middle(name) / middle("claims"))),

@@ -3573,6 +3573,136 @@ def run_line(run):
                                               fold(run.get("command")), fold(run.get("finished_at")))
 
 
+# -- the same lines in bulk ----------------------------------------------------
+# A query must see every candidate's line, and one Python call per line and per
+# text is most of what that costs on a Task of 10,000 claims.  These build the
+# lines of many records at once, field by field, and must give exactly what
+# claim_line and run_line give (tests/test_pack_properties.py holds them to it).
+
+CONTROLS_MARKED = bytes(0xFF if code < 0x20 or code == 0x7F else code for code in range(256))
+FOLD_CHUNK = 256      # texts checked together: one that needs folding costs its chunk a closer look
+BUILD_CHUNK = 64      # lines built together when the budget, not a query, decides how many
+MATCH_CHUNK = 256     # lines built and matched together for a query
+
+
+def folded_already(texts):
+    """Whether fold would give back every one of `texts` as it is.
+
+    Joined by single spaces, a text's leading or trailing space becomes a
+    double space, so one search finds both; empty texts (already folded) are
+    left out of the join for that reason.
+    """
+    present = list(filter(None, texts))
+    if len(present) + texts.count("") != len(texts):
+        return False                                  # None, 0, [] ...: fold makes text of them
+    try:
+        joined = " ".join(present)
+    except TypeError:                                 # a value that is not text
+        return False
+    if "  " in joined or joined[:1] == " " or joined[-1:] == " ":
+        return False
+    # str.isprintable looks every character up in the Unicode database; ASCII
+    # only has to be free of its 33 controls.  A table that changes nothing
+    # else leaves the bytes equal exactly when there is none, and
+    # bytes.translate without deletions is its quickest loop.  (Encoding tells
+    # ASCII apart on 3.6 too, which has no str.isascii.)
+    try:
+        data = joined.encode("ascii")
+    except UnicodeEncodeError:
+        return joined.isprintable()
+    return data.translate(CONTROLS_MARKED) == data
+
+
+def fold_all(values):
+    """[fold(value) for value in values], the values it leaves alone found in bulk."""
+    folded = []
+    for start in range(0, len(values), FOLD_CHUNK):
+        chunk = values[start:start + FOLD_CHUNK]
+        folded += chunk if folded_already(chunk) else map(fold, chunk)
+    return folded
+
+
+def claim_lines(claims, decisions=False):
+    """claim_line of every claim; `decisions`: they are all decisions, else none is."""
+    texts = fold_all([claim.get("text") for claim in claims])
+    tails = evidence_tails([claim.get("evidence") for claim in claims])
+    if decisions:
+        tails = [decided + cited for decided, cited in zip(decision_tails(claims), tails)]
+    # Concatenation copies a long text once; "%s" formatting grows its buffer
+    # as it goes, and an empty tail costs `+` nothing.
+    prefixes = ["- c%d " % claim["number"] for claim in claims]
+    return [prefix + text + tail for prefix, text, tail in zip(prefixes, texts, tails)]
+
+
+def evidence_tails(evidences):
+    """The ` [labels]` ending each claim's line, or "" for a claim without evidence."""
+    labels = [label for evidence in evidences if evidence for label in evidence]
+    if folded_already(labels):
+        return [" [%s]" % ", ".join(evidence) if evidence else "" for evidence in evidences]
+    return [" [%s]" % ", ".join(map(fold, evidence)) if evidence else "" for evidence in evidences]
+
+
+def decision_tails(decisions):
+    """What follows each decision's text: its state, then its rationale and alternatives if any."""
+    states = fold_all([decision.get("decision_state") for decision in decisions])
+    rationales = fold_all([decision.get("rationale") for decision in decisions])
+    alternatives = [decision.get("alternatives") or () for decision in decisions]
+    if folded_already([alternative for listed in alternatives for alternative in listed]):
+        instead = ["; ".join(filter(None, listed)) for listed in alternatives]
+    else:
+        instead = ["; ".join(filter(None, map(fold, listed))) for listed in alternatives]
+    return [" (%s)%s%s" % (state, " Because: " + because if because else "",
+                           " Instead of: " + others if others else "")
+            for state, because, others in zip(states, rationales, instead)]
+
+
+def run_lines(runs):
+    """run_line of every Run."""
+    labels = fold_all([run["label"] for run in runs])
+    commands = fold_all([run.get("command") for run in runs])
+    ends = fold_all([run.get("finished_at") for run in runs])
+    return ["- %s passed %s (%s)" % (label, command, end) if run.get("passed") is True
+            else "- %s failed (exit %s) %s (%s)" % (label, run.get("exit_code"), command, end)
+            for run, label, command, end in zip(runs, labels, commands, ends)]
+
+
+def candidate_lines(sections, records):
+    """candidate_line of every candidate, a section at a time (`sections` ascends)."""
+    from bisect import bisect_left
+    lines, start = [], 0
+    while start < len(records):
+        section = sections[start]
+        stop = bisect_left(sections, section + 1, start)
+        group = records[start:stop]
+        lines += run_lines(group) if section == 4 else claim_lines(group, section == 2)
+        start = stop
+    return lines
+
+
+def matching_candidates(sections, records, tokens):
+    """(indices, lines): the candidates whose casefolded line holds every token.
+
+    A chunk at a time, keeping only the lines that match: the lines of a
+    large Task, built all at once and then read again to match them, outgrow
+    the processor's caches (twice the cache misses of the line-by-line way).
+    """
+    found, kept = [], []
+    for start in range(0, len(records), MATCH_CHUNK):
+        lines = candidate_lines(sections[start:start + MATCH_CHUNK], records[start:start + MATCH_CHUNK])
+        folded = [line.casefold() for line in lines]
+        hits = range(len(lines))
+        for token in tokens:
+            hits = [index for index in hits if token in folded[index]]
+        found += [start + index for index in hits]
+        kept += [lines[index] for index in hits]
+    return found, kept
+
+
+def cut_count(lines):
+    """How many of these uncut lines the cap would cut (cap_line's second value)."""
+    return sum(1 for line in lines if len(line) > LINE_CAP // 2 and utf16_len(line) > LINE_CAP)
+
+
 def pack_candidates(capsule):
     """(sections, records): every candidate in the Pack's order, and its section.
 
@@ -3639,41 +3769,43 @@ def render_pack(capsule, budget=6000, query=None):
     """The Pack of pack.md and its figures: pack, units, claims_shown,
     claims_left_out, runs_left_out, lines_cut.
 
-    Lines are built only as far as the budget reaches (and for the query, which
-    must see them all), so a large Capsule costs little more than its filtering.
+    Lines are built only as far as the budget reaches (a query must see them
+    all, and builds them in bulk), and capped only when priced, so a large
+    Capsule costs little more than its filtering.
     """
     from bisect import bisect_right
     header = pack_header(capsule)
     sections, records = pack_candidates(capsule)
-    lines = [None] * len(records)                     # (capped line, cut), built on demand
+    uncut = []                                        # the lines built so far: always a prefix
     folded_query = fold(query)
     if folded_query:
-        tokens = folded_query.casefold().split(" ")
-        matching = []
-        for index, record in enumerate(records):
-            line = candidate_line(sections[index], record)
-            folded_line = line.casefold()
-            if all(token in folded_line for token in tokens):
-                matching.append(index)
-                lines[index] = cap_line(line)
+        matching, uncut = matching_candidates(sections, records, folded_query.casefold().split(" "))
         header.append("Query: %s (%d of %d lines match)" % (folded_query, len(matching), len(records)))
         sections = [sections[index] for index in matching]
         records = [records[index] for index in matching]
-        lines = [lines[index] for index in matching]
 
-    def capped(index):
-        if lines[index] is None:
-            lines[index] = cap_line(candidate_line(sections[index], records[index]))
-        return lines[index]
+    def line_of(index):
+        while len(uncut) <= index:
+            start = len(uncut)
+            stop = min(start + BUILD_CHUNK, len(records))
+            try:
+                uncut.extend(candidate_lines(sections[start:stop], records[start:stop]))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                # A record the chunk cannot read fails the call only if the
+                # budget reaches it, as when lines were built one by one.
+                uncut.append(candidate_line(sections[start], records[start]))
+        return uncut[index]
 
-    totals = []                                       # running cost of the candidates, as far as priced
+    capped = []                                       # (line, cut) of the candidates priced so far
+    totals = []                                       # their running cost
 
     def fill(room):
         """How many candidates, taken in order, fit in `room` units."""
         used = totals[-1] if totals else 0
         while len(totals) < len(records) and used <= room:   # price more of them
             index = len(totals)
-            used += utf16_len(capped(index)[0]) + 1
+            capped.append(cap_line(line_of(index)))
+            used += utf16_len(capped[index][0]) + 1
             if index == 0 or sections[index - 1] != sections[index]:
                 used += 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
             totals.append(used)
@@ -3682,8 +3814,7 @@ def render_pack(capsule, budget=6000, query=None):
     header_text = "".join(line + "\n" for line in header)
     room = budget - utf16_len(header_text)
     shown = fill(room)                                # builds the lines the budget reaches
-    built = [line for line in lines if line is not None]
-    known_cut = sum(1 for _, cut in built if cut)
+    known_cut = sum(1 for _, cut in capped if cut)
     footer = known_cut > 0 or shown < len(records)
     if footer:
         # Rule 2's reserve counts the cut lines of every candidate, but only its
@@ -3696,18 +3827,21 @@ def render_pack(capsule, budget=6000, query=None):
             reserve = 2 + utf16_len(FOOTER % (len(records) - runs_total, runs_total, cut_total))
             return fill(room - reserve)
 
+        known_cut += cut_count(uncut[len(capped):])   # built, not priced: a query built them all
+        unbuilt = len(records) - len(uncut)
         shown = fill_reserving(known_cut)
-        if len(built) < len(records) and shown != fill_reserving(known_cut + len(records) - len(built)):
-            shown = fill_reserving(sum(1 for index in range(len(records)) if capped(index)[1]))
+        if unbuilt and shown != fill_reserving(known_cut + unbuilt):
+            line_of(len(records) - 1)
+            shown = fill_reserving(known_cut + cut_count(uncut[len(records) - unbuilt:]))
 
     parts = [header_text]
     for index in range(shown):
         if index == 0 or sections[index - 1] != sections[index]:
             parts.append("\n" + SECTIONS[sections[index]] + "\n")
-        parts.append(capped(index)[0] + "\n")
+        parts.append(capped[index][0] + "\n")
     runs_left_out = sections[shown:].count(4)
     claims_left_out = len(records) - shown - runs_left_out
-    lines_cut = sum(1 for index in range(shown) if capped(index)[1])
+    lines_cut = sum(1 for index in range(shown) if capped[index][1])
     # Rule 3: the footer only when something was left out or cut; a header
     # over the budget with no candidate at all has nothing to report.
     if footer and (claims_left_out or runs_left_out or lines_cut):
@@ -3719,8 +3853,8 @@ def render_pack(capsule, budget=6000, query=None):
 
 
 def open_item_sentence(capsule):
-    numbers = sorted(claim["number"] for claim in capsule["claims"]
-                     if claim.get("kind") == "open_item" and claim.get("state") == "active")
+    numbers = sorted([claim["number"] for claim in capsule["claims"]
+                      if claim.get("kind") == "open_item" and claim.get("state") == "active"])
     if not numbers:
         return "No open items."
     listed = ", ".join("c%d" % number for number in numbers)

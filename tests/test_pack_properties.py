@@ -233,3 +233,79 @@ def test_a_budget_where_the_count_of_cut_lines_decides():
         if ("- c11 short" in pack) != ("- c11 short" in with_one_digit):
             deciding.append(budget)
     assert deciding, "no budget exercised the reserve's digits"
+
+
+# -- many lines at once ----------------------------------------------------------
+# render_pack builds lines in bulk: texts that need no folding are found a few
+# hundred at a time, lines are built section by section (64 at a time when only
+# the budget decides), and one text that needs folding sends its chunk the slow
+# way.  The Capsules above are too small to cross those boundaries; these are
+# not, and are mostly clean text with a little of everything else mixed in.
+
+CLEAN = ["Retry the upload.", "r1", "r12", "a", "ß", "é", "\U0001F680", "w" * 150, "w" * 290,
+         "x" * 296, "Straße und \U0001F680 Rakete", "c"]
+UNCLEAN = ["", " ", "a  b", " a", "a ", "\t", "x\ny", "\x07", "\ud800", "\xa0", "\u2028",
+           "w" * 320, None, 0, 7, 2.5, True, ["x"]]
+
+
+def mixed_value(rng, unclean_rate):
+    if rng.random() < unclean_rate:
+        return rng.choice(UNCLEAN)
+    return " ".join(rng.choice(CLEAN) for _ in range(rng.randint(1, 4)))
+
+
+def large_capsule(seed, size, unclean_rate):
+    import random
+    rng = random.Random(seed)
+    text = lambda: mixed_value(rng, unclean_rate)  # noqa: E731
+    claims = []
+    for number in range(1, size + 1):
+        kind = rng.choice(["fact", "fact", "open_item", "decision", "next_action"])
+        claim = {"number": number, "kind": kind, "state": "active" if rng.random() < 0.9 else "withdrawn",
+                 "text": text(), "evidence": [text() for _ in range(rng.choice([0, 0, 1, 2]))]}
+        if kind == "decision":
+            claim.update(decision_state=text(), rationale=text(),
+                         alternatives=[text() for _ in range(rng.choice([0, 1, 3]))])
+        claims.append(claim)
+    runs = [{"label": text(), "passed": rng.random() < 0.7, "exit_code": rng.choice([1, 2, None, "9"]),
+             "command": text(), "finished_at": text()} for _ in range(size // 8)]
+    return {"task": {"number": 3, "title": "T", "status": "active"}, "sessions": [],
+            "claims": claims, "runs": runs, "ledger": {"entries": 9, "head": "ab" * 32}}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 2 ** 32), size=st.integers(0, 700),
+       unclean_rate=st.sampled_from([0.0, 0.002, 0.05, 0.5]),
+       budget=st.one_of(st.integers(0, 60000), st.just(10 ** 9)),
+       query=st.sampled_from([None, "-", "r1", "a", "ss", "ß", "w", "- c1", "\U0001F680 r"]))
+def test_render_pack_agrees_on_large_capsules(seed, size, unclean_rate, budget, query):
+    capsule = large_capsule(seed, size, unclean_rate)
+    result = mp.render_pack(capsule, budget, query)
+    pack, claims_shown = ref_render(capsule, budget, query)
+    assert result["pack"] == pack
+    assert result["units"] == units(pack)
+    assert result["claims_shown"] == claims_shown
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(values=st.lists(st.one_of(st.sampled_from(CLEAN), st.sampled_from(UNCLEAN), texts(12), odd_value),
+                       max_size=600))
+def test_folding_in_bulk_agrees_with_pack_md(values):
+    assert mp.fold_all(values) == [ref_fold(value) for value in values]
+
+
+def test_a_record_the_budget_does_not_reach_is_not_read():
+    # Lines are built a chunk at a time; a record no line needs (evidence
+    # that is not a list) must not fail a Pack that never shows it, and must
+    # fail one that does, as when lines were built one at a time.
+    claims = [{"number": n, "kind": "fact", "state": "active", "text": "fact %d" % n, "evidence": []}
+              for n in range(1, 40)]
+    claims[0]["evidence"] = 7                         # facts run newest first: c1 comes last
+    capsule = {"task": {"number": 1, "title": "T", "status": "active"}, "sessions": [],
+               "claims": claims, "runs": [], "ledger": {"entries": 1, "head": "ab" * 32}}
+    shown = mp.render_pack(capsule, 400)
+    assert "- c39 fact 39\n" in shown["pack"] and "c1 " not in shown["pack"]
+    with pytest.raises(TypeError):
+        mp.render_pack(capsule, 10 ** 9)
+    with pytest.raises(TypeError):
+        mp.render_pack(capsule, 400, "fact")

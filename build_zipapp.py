@@ -61,8 +61,10 @@ ARCHIVE_MODE = 0o755                      # set with chmod, so the umask cannot 
 # no f-strings, no print statement or function), so that an old interpreter
 # prints one readable line instead of dying with a SyntaxError inside
 # memprove_mcp.  It imports nothing the interpreter has not already loaded to
-# run a zipapp (runpy, importlib.util, os, zlib), so it costs nothing
-# at start.  The build writes the SHA-256 of the packed source into it.
+# run a zipapp (runpy, importlib.util, os and with it stat and os.path, zlib),
+# so it costs nothing at start.  The build writes the SHA-256 of the packed
+# source into it.  Run as a zipapp its __name__ is "__main__"; under any other
+# name it only defines its functions, which is how the tests call them.
 MAIN_PY_TEMPLATE = b"""\
 # Entry point of memprove_mcp.pyz, written by build_zipapp.py.  Keep this file
 # parseable by Python 2.7 and 3.0-3.5: it refuses them in one line before it
@@ -74,22 +76,38 @@ if sys.version_info < (3, 6):
                      % tuple(sys.version_info[:3]))
     sys.exit(1)
 
+import os
+import stat
+
 SOURCE_SHA256 = "@SOURCE_SHA256@"   # of memprove_mcp.py in this archive
 MODULE = "memprove_mcp"
+# Compiled code is 0.8 to 1.5 times the size of its source; a cache file past
+# this bound is no bytecode of it, and is not read (a huge file is not read whole).
+CACHE_LIMIT_PER_SOURCE_BYTE = 4
+CACHE_LIMIT_SLACK = 1 << 16
+REPARSE_POINT = 0x400   # FILE_ATTRIBUTE_REPARSE_POINT: a symbolic link or a junction
 
 
-def cache_directory():
-    # Where bytecode this archive does not carry is kept, or None.
-    import os
-    if os.name == "nt":
-        base = os.environ.get("LOCALAPPDATA")
+def cache_directory(platform, environ, home):
+    # Where bytecode the archive does not carry is kept on platform (a
+    # sys.platform value), or None.  Nothing here asks the running system, so
+    # every platform's answer can be checked on any.
+    if platform == "win32":
+        # Only %LOCALAPPDATA%, per-user by its access list: Windows has no owner
+        # or mode that would tell whether a folder XDG_CACHE_HOME names is shared.
+        import ntpath as path       # os.path on Windows, so already loaded there
+        base = environ.get("LOCALAPPDATA")
     else:
-        base = os.environ.get("XDG_CACHE_HOME")
-        if not base or not os.path.isabs(base):
-            base = os.path.join(os.path.expanduser("~"), ".cache")
-    if not base or not os.path.isabs(base):
+        import posixpath as path    # os.path everywhere else
+        base = environ.get("XDG_CACHE_HOME")
+        if not base or not path.isabs(base):
+            if platform == "darwin":
+                base = path.join(home, "Library", "Caches")
+            else:
+                base = path.join(home, ".cache")
+    if not base or not path.isabs(base):
         return None
-    return os.path.join(base, "memprove-mcp")
+    return path.join(base, "memprove-mcp")
 
 
 def archive():
@@ -97,16 +115,228 @@ def archive():
     return getattr(__loader__, "archive", None) or sys.path[0]
 
 
-def private(directory):
-    # True when only this user can have written in directory.
-    import os
+def read_at_most(handle, limit):
+    # Everything the open file holds, or b"" when that is more than limit bytes.
+    data = b""
+    while len(data) <= limit:
+        chunk = os.read(handle, limit + 1 - len(data))
+        if not chunk:
+            return data
+        data += chunk
+    return b""
+
+
+def write_all(handle, data):
+    while data:
+        data = data[os.write(handle, data):]
+
+
+class Cache(object):
+    # The cache directory of one start.  A cached file is loaded only when the
+    # platform's checks say this user wrote it (its hash header proves only
+    # that it is not stale); a new one is written beside it and renamed over
+    # whatever bears its name, which is thereby replaced, never followed.
+
+    def read(self, name, limit):
+        try:
+            handle = self.open_existing(name)
+        except OSError:
+            return b""
+        try:
+            info = os.fstat(handle)
+            if self.trusted(info) and info.st_size <= limit:
+                return read_at_most(handle, limit)
+        except OSError:
+            pass
+        finally:
+            os.close(handle)
+        return b""
+
+    def write(self, name, data):
+        temporary = "%s.%d.tmp" % (name, os.getpid())
+        try:
+            handle = self.create(temporary)
+        except OSError:
+            return
+        try:
+            try:
+                write_all(handle, data)
+            finally:
+                os.close(handle)
+            self.replace(temporary, name)
+        except OSError:
+            try:
+                self.unlink(temporary)
+            except OSError:
+                pass
+
+
+class PosixCache(Cache):
+    # Opened once, with O_NOFOLLOW | O_DIRECTORY, and from then on used only
+    # through that descriptor: whoever can change a directory above it cannot
+    # swap in another directory or a link between a check and its use.
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def open_existing(self, name):
+        # O_NONBLOCK: a FIFO opens at once, and fstat then refuses it.
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self.handle)
+
+    def trusted(self, info):
+        return (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+                and not info.st_mode & 0o022)
+
+    def create(self, name):
+        handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                         dir_fd=self.handle)
+        try:
+            os.fchmod(handle, 0o600)    # whatever the umask took
+        except OSError:
+            os.close(handle)
+            raise
+        return handle
+
+    def replace(self, source, target):
+        os.replace(source, target, src_dir_fd=self.handle, dst_dir_fd=self.handle)
+
+    def unlink(self, name):
+        os.unlink(name, dir_fd=self.handle)
+
+    def close(self):
+        os.close(self.handle)
+
+
+def descriptors_usable():
+    # True when this system can open, rename, unlink and list relative to a
+    # directory descriptor, which the POSIX cache needs to be safe.
+    return (all(hasattr(os, flag) for flag in ("O_NOFOLLOW", "O_DIRECTORY", "fchmod"))
+            and all(call in os.supports_dir_fd for call in (os.open, os.rename, os.unlink,
+                                                            os.rmdir))
+            and os.listdir in os.supports_fd)
+
+
+def open_directory(directory, writable):
+    # A descriptor of directory itself, never of what a link in its place
+    # points to; when it is missing and writable, made first (0700; the
+    # directories above it as makedirs makes them).  None when there is none.
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY
     try:
-        info = os.stat(directory)
+        return os.open(directory, flags)
+    except FileNotFoundError:
+        if not writable:
+            return None
     except OSError:
+        return None
+    try:
+        os.makedirs(os.path.dirname(directory), exist_ok=True)
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass        # whoever made it, the checks on what is opened decide
+    except OSError:
+        return None
+    try:
+        return os.open(directory, flags)
+    except OSError:
+        return None
+
+
+def empty(handle):
+    # Removes every entry of the open directory: a link itself, never what it
+    # points to; a directory once emptied the same way.  OSError when one stays.
+    for name in os.listdir(handle):
+        try:
+            os.unlink(name, dir_fd=handle)
+            continue
+        except OSError:
+            pass
+        inner = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=handle)
+        try:
+            empty(inner)
+        finally:
+            os.close(inner)
+        os.rmdir(name, dir_fd=handle)
+
+
+def private(handle, writable):
+    # True when only this user can write in the open directory: it is theirs,
+    # and (when writable, made so) group and others have no right to it.  What
+    # they could put in it before is removed, since a cache file's header does
+    # not say who wrote it.  Read-only (-B), nothing is changed.
+    info = os.fstat(handle)
+    if info.st_uid != os.geteuid():
         return False
-    if os.name == "nt":
+    if not info.st_mode & 0o077:
         return True
-    return info.st_uid == os.geteuid() and not info.st_mode & 0o077
+    if not writable:
+        return not info.st_mode & 0o022
+    os.fchmod(handle, 0o700)
+    if info.st_mode & 0o022:
+        empty(handle)
+    return not os.fstat(handle).st_mode & 0o077
+
+
+def posix_cache(directory, writable):
+    if not descriptors_usable():
+        return None
+    handle = open_directory(directory, writable)
+    if handle is None:
+        return None
+    try:
+        if private(handle, writable):
+            return PosixCache(handle)
+    except (OSError, RecursionError):
+        pass
+    os.close(handle)
+    return None
+
+
+def reparse_point(path):
+    return bool(getattr(os.lstat(path), "st_file_attributes", 0) & REPARSE_POINT)
+
+
+class WindowsCache(Cache):
+    # No O_NOFOLLOW, dir_fd or owner there, and every mode is 0o777: the
+    # directory is per-user by its place, and a reparse point (a link or a
+    # junction) in the place of the directory or of the file is not followed.
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def path(self, name):
+        return os.path.join(self.directory, name)
+
+    def open_existing(self, name):
+        if reparse_point(self.path(name)):
+            raise OSError("a reparse point is not followed")
+        return os.open(self.path(name), os.O_RDONLY | os.O_BINARY)
+
+    def trusted(self, info):
+        return stat.S_ISREG(info.st_mode)
+
+    def create(self, name):
+        return os.open(self.path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_BINARY, 0o600)
+
+    def replace(self, source, target):
+        os.replace(self.path(source), self.path(target))
+
+    def unlink(self, name):
+        os.unlink(self.path(name))
+
+    def close(self):
+        pass
+
+
+def windows_cache(directory, writable):
+    try:
+        if writable and not os.path.lexists(directory):
+            os.makedirs(os.path.dirname(directory), exist_ok=True)
+            os.mkdir(directory)
+        if stat.S_ISDIR(os.lstat(directory).st_mode) and not reparse_point(directory):
+            return WindowsCache(directory)
+    except OSError:
+        pass
+    return None
 
 
 def load():
@@ -114,7 +344,6 @@ def load():
     # for this interpreter ("shipped"), else the user's cache ("cached"), else
     # the source, compiled now and cached when allowed ("compiled").
     import marshal
-    import os
     import importlib.util   # runpy imported it to run this file
     read = __loader__.get_data
     root = archive()
@@ -132,65 +361,47 @@ def load():
                 pass
     import zlib             # zipimport imported it to read this file
     source = read(root + "/" + MODULE + ".py")
-    directory = cache_directory() if tag else None
+    directory = None
+    if tag:
+        directory = cache_directory(sys.platform, os.environ, os.path.expanduser("~"))
     if directory is None:
+        return compile(source, MODULE + ".py", "exec", dont_inherit=True), "compiled"
+    writable = not sys.dont_write_bytecode
+    if os.name == "nt":
+        cache = windows_cache(directory, writable)
+    else:
+        cache = posix_cache(directory, writable)
+    if cache is None:
         return compile(source, MODULE + ".py", "exec", dont_inherit=True), "compiled"
     # A hash-based .pyc (PEP 552, checked) of exactly this source, followed by
     # the CRC-32 of everything before it, so damage anywhere is seen.
     if hasattr(importlib.util, "source_hash"):
         check = importlib.util.source_hash(source)
     else:   # 3.6
-        check = (zlib.crc32(source) & 0xFFFFFFFF).to_bytes(4, "little") + \\
-            (len(source) & 0xFFFFFFFF).to_bytes(4, "little")
+        check = (zlib.crc32(source) & 0xFFFFFFFF).to_bytes(4, "little") + (
+            len(source) & 0xFFFFFFFF).to_bytes(4, "little")
     header = magic + b"\\x03\\x00\\x00\\x00" + check
     optimize = sys.flags.optimize
-    path = os.path.join(directory, "%s-%s.%s%s.pyc" % (
-        MODULE, SOURCE_SHA256, tag, ".opt-%d" % optimize if optimize else ""))
-    if private(directory):
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError:
-            data = b""
-        if data[:16] == header and len(data) > 20 and \\
-                (zlib.crc32(data[:-4]) & 0xFFFFFFFF).to_bytes(4, "little") == data[-4:]:
+    name = "%s-%s.%s%s.pyc" % (
+        MODULE, SOURCE_SHA256, tag, ".opt-%d" % optimize if optimize else "")
+    try:
+        data = cache.read(name, CACHE_LIMIT_SLACK + CACHE_LIMIT_PER_SOURCE_BYTE * len(source))
+        if data[:16] == header and len(data) > 20 and (
+                zlib.crc32(data[:-4]) & 0xFFFFFFFF).to_bytes(4, "little") == data[-4:]:
             try:
                 return marshal.loads(data[16:-4]), "cached"
             except (EOFError, ValueError, TypeError):
                 pass
-    code = compile(source, MODULE + ".py", "exec", dont_inherit=True)
-    if sys.dont_write_bytecode:
-        return code, "compiled"
-    temporary = None
-    try:
-        os.makedirs(directory, 0o700, exist_ok=True)
-        if not private(directory):
-            os.chmod(directory, 0o700)
-            if not private(directory):
-                return code, "compiled"
-        data = header + marshal.dumps(code)
-        data += (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little")
-        temporary = "%s.%d.tmp" % (path, os.getpid())
-        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
-        try:
-            while data:
-                data = data[os.write(handle, data):]
-        finally:
-            os.close(handle)
-        os.replace(temporary, path)
-        temporary = None
-    except (OSError, ValueError):
-        pass
-    if temporary is not None:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
+        code = compile(source, MODULE + ".py", "exec", dont_inherit=True)
+        if writable:
+            data = header + marshal.dumps(code)
+            cache.write(name, data + (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little"))
+    finally:
+        cache.close()
     return code, "compiled"
 
 
 def run():
-    import os
     code, origin = load()
     path = os.path.join(archive(), MODULE + ".py")
     module = type(sys)(MODULE)
@@ -203,7 +414,8 @@ def run():
     return module.main()
 
 
-sys.exit(run())
+if __name__ == "__main__":
+    sys.exit(run())
 """
 
 

@@ -115,15 +115,17 @@ def archive():
     return getattr(__loader__, "archive", None) or sys.path[0]
 
 
-def read_at_most(handle, limit):
-    # Everything the open file holds, or b"" when that is more than limit bytes.
+def read_size(handle, size):
+    # The size bytes fstat reported, never more (fewer when it shrank since):
+    # the caller has bounded size.  Each read asks for no more than is left,
+    # since os.read allocates what it is asked for.
     data = b""
-    while len(data) <= limit:
-        chunk = os.read(handle, limit + 1 - len(data))
+    while len(data) < size:
+        chunk = os.read(handle, size - len(data))
         if not chunk:
-            return data
+            break
         data += chunk
-    return b""
+    return data
 
 
 def write_all(handle, data):
@@ -145,7 +147,7 @@ class Cache(object):
         try:
             info = os.fstat(handle)
             if self.trusted(info) and info.st_size <= limit:
-                return read_at_most(handle, limit)
+                return read_size(handle, info.st_size)
         except OSError:
             pass
         finally:

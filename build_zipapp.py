@@ -5,11 +5,13 @@
                             [--exclude-tag TAG]... [--no-bytecode]
 
 The archive is a shebang line followed by a zip whose entries are sorted by
-name: a tiny ``__main__.py``, ``memprove_mcp.py`` copied byte for byte, and
+name: a tiny ``__main__.py``, ``bytecode_cache.py`` (the part of it that
+writes the bytecode cache), ``memprove_mcp.py`` copied byte for byte, and
 ``pyc/<cache tag>/memprove_mcp.pyc`` for every CPython 3.6 or newer the build
 finds (pyenv, PATH, ``--python``, ``$MEMPROVE_BUILD_PYTHONS``).  On any other
 interpreter ``__main__.py`` compiles the module at its first start and caches
-the bytecode in the user's cache directory (see ``MAIN_PY_TEMPLATE``).
+the bytecode in the user's cache directory (see ``MAIN_PY_TEMPLATE`` and
+``CACHE_WRITER_SOURCE``).
 
 Every byte of the archive is a function of the module source and of the
 interpreters used (each compiles in a fresh process): entries are written
@@ -43,6 +45,7 @@ DEFAULT_SOURCE = os.path.join(HERE, "memprove_mcp.py")
 DEFAULT_OUTPUT = os.path.join(HERE, "dist", "memprove_mcp.pyz")
 
 MODULE_NAME = "memprove_mcp"
+CACHE_WRITER_NAME = "bytecode_cache.py"
 SHEBANG = b"#!/usr/bin/env python3\n"
 
 # Fixed metadata of every entry.
@@ -62,9 +65,12 @@ ARCHIVE_MODE = 0o755                      # set with chmod, so the umask cannot 
 # prints one readable line instead of dying with a SyntaxError inside
 # memprove_mcp.  It imports nothing the interpreter has not already loaded to
 # run a zipapp (runpy, importlib.util, os and with it stat and os.path, zlib),
-# so it costs nothing at start.  The build writes the SHA-256 of the packed
-# source into it.  Run as a zipapp its __name__ is "__main__"; under any other
-# name it only defines its functions, which is how the tests call them.
+# and zipimport compiles it at every start (it never caches bytecode), so it
+# holds only what a start from bytecode needs: what makes, mends and writes the
+# cache is CACHE_WRITER_SOURCE, compiled only by a start that compiles the
+# module anyway or finds the cache directory missing or open to others.  The build writes the SHA-256 of the packed source into it.  Run as a
+# zipapp its __name__ is "__main__"; under any other name it only defines its
+# functions, which is how the tests call them.
 MAIN_PY_TEMPLATE = b"""\
 # Entry point of memprove_mcp.pyz, written by build_zipapp.py.  Keep this file
 # parseable by Python 2.7 and 3.0-3.5: it refuses them in one line before it
@@ -81,11 +87,12 @@ import stat
 
 SOURCE_SHA256 = "@SOURCE_SHA256@"   # of memprove_mcp.py in this archive
 MODULE = "memprove_mcp"
-# Compiled code is 0.8 to 1.5 times the size of its source; a cache file past
-# this bound is no bytecode of it, and is not read (a huge file is not read whole).
+CACHE_WRITER = "@CACHE_WRITER_NAME@"   # the rest of the cache, compiled only when needed
+# Compiled code is 0.8 to 1.5 times the size of its source: a longer cache
+# file is no bytecode of it, and is not read (a huge file is never read whole).
 CACHE_LIMIT_PER_SOURCE_BYTE = 4
 CACHE_LIMIT_SLACK = 1 << 16
-REPARSE_POINT = 0x400   # FILE_ATTRIBUTE_REPARSE_POINT: a symbolic link or a junction
+WRITER = {}
 
 
 def cache_directory(platform, environ, home):
@@ -115,10 +122,68 @@ def archive():
     return getattr(__loader__, "archive", None) or sys.path[0]
 
 
+def cache_writer():
+    # CACHE_WRITER's functions, run in a copy of this file's namespace.
+    if not WRITER:
+        WRITER.update(globals())
+        source = __loader__.get_data(archive() + "/" + CACHE_WRITER)
+        exec(compile(source, CACHE_WRITER, "exec", dont_inherit=True), WRITER)
+    return WRITER
+
+
+def open_directory(directory):
+    # POSIX: a descriptor of the cache directory itself, never of what a link
+    # in its place points to, through which it is then used, so that no one
+    # who can change a directory above it can swap it between a check and a
+    # use.  None when there is none.
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY)
+    except (OSError, AttributeError):
+        return None
+
+
+def private(handle):
+    info = os.fstat(handle)
+    return info.st_uid == os.geteuid() and not info.st_mode & 0o077
+
+
+def reparse_point(path):
+    # Windows: a symbolic link or a junction (FILE_ATTRIBUTE_REPARSE_POINT).
+    return bool(getattr(os.lstat(path), "st_file_attributes", 0) & 0x400)
+
+
+def read_cached(directory, handle, name, limit):
+    # The cache file's bytes when only this user can have written it, else
+    # b"" (its hash header says only that it is not stale).  POSIX: opened
+    # through the directory's descriptor without following a link or waiting
+    # on a FIFO, a regular file of the user's that no one else can write.
+    # Windows, with no owner or mode to tell: no reparse point in the place of
+    # the directory or of the file.
+    try:
+        if handle is None:
+            path = os.path.join(directory, name)
+            if reparse_point(directory) or reparse_point(path):
+                return b""
+            opened = os.open(path, os.O_RDONLY | os.O_BINARY)
+        else:
+            opened = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=handle)
+    except (OSError, NotImplementedError):
+        return b""
+    try:
+        info = os.fstat(opened)
+        if stat.S_ISREG(info.st_mode) and info.st_size <= limit and (handle is None or (
+                info.st_uid == os.geteuid() and not info.st_mode & 0o022)):
+            return read_size(opened, info.st_size)
+    except OSError:
+        pass
+    finally:
+        os.close(opened)
+    return b""
+
+
 def read_size(handle, size):
-    # The size bytes fstat reported, never more (fewer when it shrank since):
-    # the caller has bounded size.  Each read asks for no more than is left,
-    # since os.read allocates what it is asked for.
+    # The size bytes fstat reported, never more (fewer when the file shrank
+    # since); each read asks for what is left, as os.read allocates that much.
     data = b""
     while len(data) < size:
         chunk = os.read(handle, size - len(data))
@@ -126,219 +191,6 @@ def read_size(handle, size):
             break
         data += chunk
     return data
-
-
-def write_all(handle, data):
-    while data:
-        data = data[os.write(handle, data):]
-
-
-class Cache(object):
-    # The cache directory of one start.  A cached file is loaded only when the
-    # platform's checks say this user wrote it (its hash header proves only
-    # that it is not stale); a new one is written beside it and renamed over
-    # whatever bears its name, which is thereby replaced, never followed.
-
-    def read(self, name, limit):
-        try:
-            handle = self.open_existing(name)
-        except OSError:
-            return b""
-        try:
-            info = os.fstat(handle)
-            if self.trusted(info) and info.st_size <= limit:
-                return read_size(handle, info.st_size)
-        except OSError:
-            pass
-        finally:
-            os.close(handle)
-        return b""
-
-    def write(self, name, data):
-        temporary = "%s.%d.tmp" % (name, os.getpid())
-        try:
-            handle = self.create(temporary)
-        except OSError:
-            return
-        try:
-            try:
-                write_all(handle, data)
-            finally:
-                os.close(handle)
-            self.replace(temporary, name)
-        except OSError:
-            try:
-                self.unlink(temporary)
-            except OSError:
-                pass
-
-
-class PosixCache(Cache):
-    # Opened once, with O_NOFOLLOW | O_DIRECTORY, and from then on used only
-    # through that descriptor: whoever can change a directory above it cannot
-    # swap in another directory or a link between a check and its use.
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def open_existing(self, name):
-        # O_NONBLOCK: a FIFO opens at once, and fstat then refuses it.
-        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=self.handle)
-
-    def trusted(self, info):
-        return (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
-                and not info.st_mode & 0o022)
-
-    def create(self, name):
-        handle = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                         dir_fd=self.handle)
-        try:
-            os.fchmod(handle, 0o600)    # whatever the umask took
-        except OSError:
-            os.close(handle)
-            raise
-        return handle
-
-    def replace(self, source, target):
-        os.replace(source, target, src_dir_fd=self.handle, dst_dir_fd=self.handle)
-
-    def unlink(self, name):
-        os.unlink(name, dir_fd=self.handle)
-
-    def close(self):
-        os.close(self.handle)
-
-
-def descriptors_usable():
-    # True when this system can open, rename, unlink and list relative to a
-    # directory descriptor, which the POSIX cache needs to be safe.
-    return (all(hasattr(os, flag) for flag in ("O_NOFOLLOW", "O_DIRECTORY", "fchmod"))
-            and all(call in os.supports_dir_fd for call in (os.open, os.rename, os.unlink,
-                                                            os.rmdir))
-            and os.listdir in os.supports_fd)
-
-
-def open_directory(directory, writable):
-    # A descriptor of directory itself, never of what a link in its place
-    # points to; when it is missing and writable, made first (0700; the
-    # directories above it as makedirs makes them).  None when there is none.
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY
-    try:
-        return os.open(directory, flags)
-    except FileNotFoundError:
-        if not writable:
-            return None
-    except OSError:
-        return None
-    try:
-        os.makedirs(os.path.dirname(directory), exist_ok=True)
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass        # whoever made it, the checks on what is opened decide
-    except OSError:
-        return None
-    try:
-        return os.open(directory, flags)
-    except OSError:
-        return None
-
-
-def empty(handle):
-    # Removes every entry of the open directory: a link itself, never what it
-    # points to; a directory once emptied the same way.  OSError when one stays.
-    for name in os.listdir(handle):
-        try:
-            os.unlink(name, dir_fd=handle)
-            continue
-        except OSError:
-            pass
-        inner = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=handle)
-        try:
-            empty(inner)
-        finally:
-            os.close(inner)
-        os.rmdir(name, dir_fd=handle)
-
-
-def private(handle, writable):
-    # True when only this user can write in the open directory: it is theirs,
-    # and (when writable, made so) group and others have no right to it.  What
-    # they could put in it before is removed, since a cache file's header does
-    # not say who wrote it.  Read-only (-B), nothing is changed.
-    info = os.fstat(handle)
-    if info.st_uid != os.geteuid():
-        return False
-    if not info.st_mode & 0o077:
-        return True
-    if not writable:
-        return not info.st_mode & 0o022
-    os.fchmod(handle, 0o700)
-    if info.st_mode & 0o022:
-        empty(handle)
-    return not os.fstat(handle).st_mode & 0o077
-
-
-def posix_cache(directory, writable):
-    if not descriptors_usable():
-        return None
-    handle = open_directory(directory, writable)
-    if handle is None:
-        return None
-    try:
-        if private(handle, writable):
-            return PosixCache(handle)
-    except (OSError, RecursionError):
-        pass
-    os.close(handle)
-    return None
-
-
-def reparse_point(path):
-    return bool(getattr(os.lstat(path), "st_file_attributes", 0) & REPARSE_POINT)
-
-
-class WindowsCache(Cache):
-    # No O_NOFOLLOW, dir_fd or owner there, and every mode is 0o777: the
-    # directory is per-user by its place, and a reparse point (a link or a
-    # junction) in the place of the directory or of the file is not followed.
-
-    def __init__(self, directory):
-        self.directory = directory
-
-    def path(self, name):
-        return os.path.join(self.directory, name)
-
-    def open_existing(self, name):
-        if reparse_point(self.path(name)):
-            raise OSError("a reparse point is not followed")
-        return os.open(self.path(name), os.O_RDONLY | os.O_BINARY)
-
-    def trusted(self, info):
-        return stat.S_ISREG(info.st_mode)
-
-    def create(self, name):
-        return os.open(self.path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_BINARY, 0o600)
-
-    def replace(self, source, target):
-        os.replace(self.path(source), self.path(target))
-
-    def unlink(self, name):
-        os.unlink(self.path(name))
-
-    def close(self):
-        pass
-
-
-def windows_cache(directory, writable):
-    try:
-        if writable and not os.path.lexists(directory):
-            os.makedirs(os.path.dirname(directory), exist_ok=True)
-            os.mkdir(directory)
-        if stat.S_ISDIR(os.lstat(directory).st_mode) and not reparse_point(directory):
-            return WindowsCache(directory)
-    except OSError:
-        pass
-    return None
 
 
 def load():
@@ -366,28 +218,32 @@ def load():
     directory = None
     if tag:
         directory = cache_directory(sys.platform, os.environ, os.path.expanduser("~"))
+    writable = not sys.dont_write_bytecode
+    handle = None
+    if directory is not None and os.name != "nt":
+        handle = open_directory(directory)
+        if handle is None or not private(handle):
+            # Missing, a link, another user's, or open to others: the writer
+            # decides, and makes it when it may.
+            handle = cache_writer()["prepare"](directory, handle, writable)
+            if handle is None:
+                directory = None
     if directory is None:
         return compile(source, MODULE + ".py", "exec", dont_inherit=True), "compiled"
-    writable = not sys.dont_write_bytecode
-    if os.name == "nt":
-        cache = windows_cache(directory, writable)
-    else:
-        cache = posix_cache(directory, writable)
-    if cache is None:
-        return compile(source, MODULE + ".py", "exec", dont_inherit=True), "compiled"
-    # A hash-based .pyc (PEP 552, checked) of exactly this source, followed by
-    # the CRC-32 of everything before it, so damage anywhere is seen.
-    if hasattr(importlib.util, "source_hash"):
-        check = importlib.util.source_hash(source)
-    else:   # 3.6
-        check = (zlib.crc32(source) & 0xFFFFFFFF).to_bytes(4, "little") + (
-            len(source) & 0xFFFFFFFF).to_bytes(4, "little")
-    header = magic + b"\\x03\\x00\\x00\\x00" + check
-    optimize = sys.flags.optimize
-    name = "%s-%s.%s%s.pyc" % (
-        MODULE, SOURCE_SHA256, tag, ".opt-%d" % optimize if optimize else "")
     try:
-        data = cache.read(name, CACHE_LIMIT_SLACK + CACHE_LIMIT_PER_SOURCE_BYTE * len(source))
+        # A hash-based .pyc (PEP 552, checked) of exactly this source, followed
+        # by the CRC-32 of everything before it, so damage anywhere is seen.
+        if hasattr(importlib.util, "source_hash"):
+            check = importlib.util.source_hash(source)
+        else:   # 3.6
+            check = (zlib.crc32(source) & 0xFFFFFFFF).to_bytes(4, "little") + (
+                len(source) & 0xFFFFFFFF).to_bytes(4, "little")
+        header = magic + b"\\x03\\x00\\x00\\x00" + check
+        optimize = sys.flags.optimize
+        name = "%s-%s.%s%s.pyc" % (
+            MODULE, SOURCE_SHA256, tag, ".opt-%d" % optimize if optimize else "")
+        data = read_cached(directory, handle, name,
+                           CACHE_LIMIT_SLACK + CACHE_LIMIT_PER_SOURCE_BYTE * len(source))
         if data[:16] == header and len(data) > 20 and (
                 zlib.crc32(data[:-4]) & 0xFFFFFFFF).to_bytes(4, "little") == data[-4:]:
             try:
@@ -397,9 +253,11 @@ def load():
         code = compile(source, MODULE + ".py", "exec", dont_inherit=True)
         if writable:
             data = header + marshal.dumps(code)
-            cache.write(name, data + (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little"))
+            data += (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little")
+            cache_writer()["write"](directory, handle, name, data)
     finally:
-        cache.close()
+        if handle is not None:
+            os.close(handle)
     return code, "compiled"
 
 
@@ -420,11 +278,151 @@ if __name__ == "__main__":
     sys.exit(run())
 """
 
+# The archive's bytecode_cache.py: what makes the cache directory, makes it
+# private, empties it and writes a file in it (contract.md section 6 rule 13).
+# __main__.py runs it, in a copy of its own namespace, only on a start that
+# compiles the module (30-60 ms) anyway, or finds the directory missing or
+# open to others.  Run by 3.6 and newer only.
+CACHE_WRITER_SOURCE = b"""\
+# Part of memprove_mcp.pyz's __main__.py, written by build_zipapp.py: run in a
+# copy of its namespace (os, stat, open_directory, reparse_point come from it).
+
+
+def prepare(directory, handle, writable):
+    # The cache directory's descriptor once only this user can have written
+    # in it (handle: the one __main__.py opened, else None), or None, and
+    # handle closed.  A missing directory is made when writable.
+    if not descriptors_usable():
+        handle = closed(handle)
+    elif handle is None and writable:
+        handle = made(directory)
+    if handle is None:
+        return None
+    try:
+        if made_private(handle, writable):
+            return handle
+    except (OSError, RecursionError):
+        pass
+    return closed(handle)
+
+
+def closed(handle):
+    if handle is not None:
+        os.close(handle)
+    return None
+
+
+def descriptors_usable():
+    # Whether this system can open, rename, unlink and list through a
+    # directory's descriptor; without that the cache cannot be used safely.
+    return (all(hasattr(os, name) for name in ("O_NOFOLLOW", "O_DIRECTORY", "fchmod"))
+            and os.listdir in os.supports_fd
+            and all(call in os.supports_dir_fd
+                    for call in (os.open, os.rename, os.unlink, os.rmdir)))
+
+
+def made(directory):
+    # The directory made 0700 (the ones above it as makedirs makes them) and
+    # opened; whoever made it first, what is opened is checked after.
+    try:
+        os.makedirs(os.path.dirname(directory), exist_ok=True)
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    return open_directory(directory)
+
+
+def made_private(handle, writable):
+    # True when only this user can write in the open directory: it is theirs
+    # and, when writable, made 0700, after removing all that others could
+    # have put in it, since a cache file's header does not say who wrote it.
+    # Read-only (-B), nothing is changed, and it is used only when no one
+    # else could write in it.
+    info = os.fstat(handle)
+    if info.st_uid != os.geteuid():
+        return False
+    if not info.st_mode & 0o077:
+        return True
+    if not writable:
+        return not info.st_mode & 0o022
+    os.fchmod(handle, 0o700)
+    if info.st_mode & 0o022:
+        empty(handle)
+    return not os.fstat(handle).st_mode & 0o077
+
+
+def empty(handle):
+    # Removes every entry of the open directory: a link itself, never what it
+    # points to; a directory once emptied the same way.  OSError when one stays.
+    for name in os.listdir(handle):
+        try:
+            os.unlink(name, dir_fd=handle)
+            continue
+        except OSError:
+            pass
+        inner = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=handle)
+        try:
+            empty(inner)
+        finally:
+            os.close(inner)
+        os.rmdir(name, dir_fd=handle)
+
+
+def windows_directory(directory):
+    # Windows: the directory, made when missing, when it is one and no
+    # reparse point (a link or a junction) is in its place.
+    try:
+        if not os.path.lexists(directory):
+            os.makedirs(os.path.dirname(directory), exist_ok=True)
+            os.mkdir(directory)
+        return stat.S_ISDIR(os.lstat(directory).st_mode) and not reparse_point(directory)
+    except OSError:
+        return False
+
+
+def write(directory, handle, name, data):
+    # Atomically: a new 0600 temporary file beside it, renamed over whatever
+    # bears the name, which is thereby replaced, never followed.  POSIX,
+    # through the directory's descriptor; Windows, by path.
+    temporary = "%s.%d.tmp" % (name, os.getpid())
+    if handle is None:
+        if not windows_directory(directory):
+            return
+        temporary, name = os.path.join(directory, temporary), os.path.join(directory, name)
+        flags, at, between = os.O_BINARY, {}, {}
+    elif not descriptors_usable():
+        return
+    else:
+        flags, at = os.O_NOFOLLOW, {"dir_fd": handle}
+        between = {"src_dir_fd": handle, "dst_dir_fd": handle}
+    try:
+        opened = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | flags, 0o600, **at)
+    except OSError:
+        return
+    try:
+        try:
+            if handle is not None:
+                os.fchmod(opened, 0o600)    # whatever the umask took
+            while data:
+                data = data[os.write(opened, data):]
+        finally:
+            os.close(opened)
+        os.replace(temporary, name, **between)
+    except OSError:
+        try:
+            os.unlink(temporary, **at)
+        except OSError:
+            pass
+"""
+
 
 def main_py(module_source):
     """The archive's __main__.py for this module source."""
-    return MAIN_PY_TEMPLATE.replace(
-        b"@SOURCE_SHA256@", hashlib.sha256(module_source).hexdigest().encode("ascii"))
+    digest = hashlib.sha256(module_source).hexdigest().encode("ascii")
+    return MAIN_PY_TEMPLATE.replace(b"@SOURCE_SHA256@", digest).replace(
+        b"@CACHE_WRITER_NAME@", CACHE_WRITER_NAME.encode("ascii"))
 
 
 class BuildError(Exception):
@@ -547,7 +545,9 @@ def hash_based_pyc_entries(module_source, interpreters, explicit=(), exclude_tag
 
 def archive_entries(module_source, interpreters=(), explicit=(), exclude_tags=()):
     """The archive's entries as (name, bytes), sorted by name."""
-    entries = [("__main__.py", main_py(module_source)), (MODULE_NAME + ".py", module_source)]
+    entries = [("__main__.py", main_py(module_source)),
+               (CACHE_WRITER_NAME, CACHE_WRITER_SOURCE),
+               (MODULE_NAME + ".py", module_source)]
     entries.extend(hash_based_pyc_entries(module_source, interpreters, explicit, exclude_tags))
     return sorted(entries)
 

@@ -25,16 +25,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "build_zipapp.py"
 REAL_MODULE = ROOT / "memprove_mcp.py"
 SHEBANG = b"#!/usr/bin/env python3\n"
-ENTRY_NAMES = ["__main__.py", "memprove_mcp.py"]
+ENTRY_NAMES = ["__main__.py", "bytecode_cache.py", "memprove_mcp.py"]
 PYC_NAME = re.compile(r"pyc/cpython-3\d+/memprove_mcp\.pyc\Z")
 
 
 def entry_names(archive):
     """The source entries, checked to come first; the bytecode entries after them."""
     names = [info.filename for info in archive.infolist()]
-    assert names[:2] == ENTRY_NAMES, names
-    assert names[2:] == sorted(names[2:])
-    assert all(PYC_NAME.match(name) for name in names[2:]), names
+    sources = len(ENTRY_NAMES)
+    assert names[:sources] == ENTRY_NAMES, names
+    assert names[sources:] == sorted(names[sources:])
+    assert all(PYC_NAME.match(name) for name in names[sources:]), names
     return names
 
 

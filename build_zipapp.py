@@ -108,13 +108,10 @@ def cache_directory(platform, environ, home):
         import posixpath as path    # os.path everywhere else
         base = environ.get("XDG_CACHE_HOME")
         if not base or not path.isabs(base):
-            if platform == "darwin":
-                base = path.join(home, "Library", "Caches")
-            else:
-                base = path.join(home, ".cache")
-    if not base or not path.isabs(base):
-        return None
-    return path.join(base, "memprove-mcp")
+            base = path.join(home, "Library/Caches" if platform == "darwin" else ".cache")
+    if base and path.isabs(base):
+        return path.join(base, "memprove-mcp")
+    return None
 
 
 def archive():
@@ -123,7 +120,7 @@ def archive():
 
 
 def cache_writer():
-    # CACHE_WRITER's functions, run in a copy of this file's namespace.
+    # CACHE_WRITER's functions, compiled once into a copy of this namespace.
     if not WRITER:
         WRITER.update(globals())
         source = __loader__.get_data(archive() + "/" + CACHE_WRITER)
@@ -131,25 +128,27 @@ def cache_writer():
     return WRITER
 
 
-def open_directory(directory):
+def open_cache(directory, writable):
     # POSIX: a descriptor of the cache directory itself, never of what a link
-    # in its place points to, through which it is then used, so that no one
-    # who can change a directory above it can swap it between a check and a
-    # use.  None when there is none.
+    # in its place points to, once only this user can have written in it; it
+    # is then used only through that descriptor, so that no one who can change
+    # a directory above it can swap it between a check and a use.  None when
+    # there is none.  Missing, a link, another user's or open to others:
+    # CACHE_WRITER decides, and makes or mends it when it may.
+    handle = None
     try:
-        return os.open(directory, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY)
+        handle = os.open(directory, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY)
+        info = os.fstat(handle)
+        if info.st_uid == os.geteuid() and not info.st_mode & 0o077:
+            return handle
     except (OSError, AttributeError):
-        return None
-
-
-def private(handle):
-    info = os.fstat(handle)
-    return info.st_uid == os.geteuid() and not info.st_mode & 0o077
+        pass
+    return cache_writer()["prepare"](directory, handle, writable)
 
 
 def reparse_point(path):
     # Windows: a symbolic link or a junction (FILE_ATTRIBUTE_REPARSE_POINT).
-    return bool(getattr(os.lstat(path), "st_file_attributes", 0) & 0x400)
+    return getattr(os.lstat(path), "st_file_attributes", 0) & 0x400
 
 
 def read_cached(directory, handle, name, limit):
@@ -158,7 +157,7 @@ def read_cached(directory, handle, name, limit):
     # through the directory's descriptor without following a link or waiting
     # on a FIFO, a regular file of the user's that no one else can write.
     # Windows, with no owner or mode to tell: no reparse point in the place of
-    # the directory or of the file.
+    # the directory or of the file.  Never more than limit bytes are read.
     try:
         if handle is None:
             path = os.path.join(directory, name)
@@ -173,24 +172,12 @@ def read_cached(directory, handle, name, limit):
         info = os.fstat(opened)
         if stat.S_ISREG(info.st_mode) and info.st_size <= limit and (handle is None or (
                 info.st_uid == os.geteuid() and not info.st_mode & 0o022)):
-            return read_size(opened, info.st_size)
+            return os.read(opened, info.st_size)    # a short read fails the CRC-32
     except OSError:
         pass
     finally:
         os.close(opened)
     return b""
-
-
-def read_size(handle, size):
-    # The size bytes fstat reported, never more (fewer when the file shrank
-    # since); each read asks for what is left, as os.read allocates that much.
-    data = b""
-    while len(data) < size:
-        chunk = os.read(handle, size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def load():
@@ -221,13 +208,9 @@ def load():
     writable = not sys.dont_write_bytecode
     handle = None
     if directory is not None and os.name != "nt":
-        handle = open_directory(directory)
-        if handle is None or not private(handle):
-            # Missing, a link, another user's, or open to others: the writer
-            # decides, and makes it when it may.
-            handle = cache_writer()["prepare"](directory, handle, writable)
-            if handle is None:
-                directory = None
+        handle = open_cache(directory, writable)
+        if handle is None:
+            directory = None
     if directory is None:
         return compile(source, MODULE + ".py", "exec", dont_inherit=True), "compiled"
     try:
@@ -285,7 +268,7 @@ if __name__ == "__main__":
 # open to others.  Run by 3.6 and newer only.
 CACHE_WRITER_SOURCE = b"""\
 # Part of memprove_mcp.pyz's __main__.py, written by build_zipapp.py: run in a
-# copy of its namespace (os, stat, open_directory, reparse_point come from it).
+# copy of its namespace (os, stat and reparse_point come from it).
 
 
 def prepare(directory, handle, writable):
@@ -323,7 +306,8 @@ def descriptors_usable():
 
 def made(directory):
     # The directory made 0700 (the ones above it as makedirs makes them) and
-    # opened; whoever made it first, what is opened is checked after.
+    # opened as __main__.py opens it; whoever made it first, what is opened is
+    # checked after.
     try:
         os.makedirs(os.path.dirname(directory), exist_ok=True)
         os.mkdir(directory, 0o700)
@@ -331,7 +315,10 @@ def made(directory):
         pass
     except OSError:
         return None
-    return open_directory(directory)
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY)
+    except OSError:
+        return None
 
 
 def made_private(handle, writable):

@@ -28,7 +28,8 @@ from conftest import SAFETY_TIMEOUT, require_python
 from hardening_support import report, skip_or_fail
 from test_build import STAND_IN, assert_version, build, cache_name, cache_tag_of, origin
 
-# Users no account has; a uid needs no /etc/passwd entry to own files or run.
+# Two uids picked for no account to have them (a uid needs no /etc/passwd entry
+# to own files or run a process): (uid, gid).
 VICTIM = (54321, 54321)
 ATTACKER = (54322, 54322)
 ATTACKER_IN_VICTIMS_GROUP = (54322, VICTIM[1])

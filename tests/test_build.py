@@ -25,16 +25,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "build_zipapp.py"
 REAL_MODULE = ROOT / "memprove_mcp.py"
 SHEBANG = b"#!/usr/bin/env python3\n"
-ENTRY_NAMES = ["__main__.py", "memprove_mcp.py"]
+ENTRY_NAMES = ["__main__.py", "bytecode_cache.py", "memprove_mcp.py"]
 PYC_NAME = re.compile(r"pyc/cpython-3\d+/memprove_mcp\.pyc\Z")
 
 
 def entry_names(archive):
     """The source entries, checked to come first; the bytecode entries after them."""
     names = [info.filename for info in archive.infolist()]
-    assert names[:2] == ENTRY_NAMES, names
-    assert names[2:] == sorted(names[2:])
-    assert all(PYC_NAME.match(name) for name in names[2:]), names
+    sources = len(ENTRY_NAMES)
+    assert names[:sources] == ENTRY_NAMES, names
+    assert names[sources:] == sorted(names[sources:])
+    assert all(PYC_NAME.match(name) for name in names[sources:]), names
     return names
 
 
@@ -318,9 +319,11 @@ def test_archive_layout(tmp_path):
     assert main_py.index(b"version_info < (3, 6)") < main_py.index(b"def load")
     # The digest of the packed source, written in by the build.
     assert ('SOURCE_SHA256 = "%s"' % sha256(STAND_IN)).encode() in main_py
-    # Nothing costly at start: only what running a zipapp has already imported.
+    # Nothing costly at start: only what running a zipapp has already imported
+    # (os imports stat; posixpath or ntpath is os.path, each imported only on its own platform).
     imported = set(re.findall(rb"^\s*import ([\w.]+)", main_py, re.M))
-    assert imported <= {b"sys", b"os", b"marshal", b"zlib", b"importlib.util"}, imported
+    assert imported <= {b"sys", b"os", b"stat", b"marshal", b"zlib", b"importlib.util",
+                        b"posixpath", b"ntpath"}, imported
 
 
 def test_module_is_copied_byte_for_byte(tmp_path):
@@ -418,11 +421,16 @@ def test_bytecode_with_a_foreign_magic_falls_back_to_the_source(tmp_path):
 
 # --- the bytecode cache (contract.md section 5) ------------------------------
 
+def cache_tag_of(python):
+    return subprocess.run([python, "-c", "import sys; print(sys.implementation.cache_tag)"],
+                          cwd="/tmp", stdout=subprocess.PIPE, check=True,
+                          timeout=60).stdout.decode().strip()
+
+
 def without_own_bytecode(tmp_path, python=None, source=STAND_IN):
     """A .pyz without the bytecode of `python`'s cache tag: to it, an unknown Python."""
     python = python or sys.executable
-    tag = subprocess.run([python, "-c", "import sys; print(sys.implementation.cache_tag)"],
-                         cwd="/tmp", stdout=subprocess.PIPE, timeout=60).stdout.decode().strip()
+    tag = cache_tag_of(python)
     pyz = build(tmp_path, source, name="unknown.pyz", args=["--exclude-tag", tag] + python_args())
     with zipfile.ZipFile(str(pyz)) as archive:
         assert "pyc/%s/memprove_mcp.pyc" % tag not in archive.namelist()
@@ -439,8 +447,14 @@ def cache_env(tmp_path, cache_home, extra=None):
     return env
 
 
+def cache_name(tag, source=STAND_IN, optimize=0):
+    """The name the bytecode of source is cached under, by `python -O`*optimize."""
+    return "memprove_mcp-%s.%s%s.pyc" % (sha256(source), tag,
+                                         ".opt-%d" % optimize if optimize else "")
+
+
 def cache_file(cache_home, tag, source=STAND_IN):
-    return cache_home / "memprove-mcp" / ("memprove_mcp-%s.%s.pyc" % (sha256(source), tag))
+    return cache_home / "memprove-mcp" / cache_name(tag, source)
 
 
 def start(python, pyz, tmp_path, env, *flags):

@@ -9,6 +9,8 @@ exactly one well-formed log line per message sent; neither stream carries a
 planted token or a planted argument value.
 """
 
+import contextlib
+import errno
 import glob
 import json
 import os
@@ -74,15 +76,121 @@ PYTHONS_SCRIPT = "tests/pythons.sh"
 
 
 # ---------------------------------------------------------------------------
+# How deep the suite goes
+# ---------------------------------------------------------------------------
+
+# MEMPROVE_TEST_PROFILE picks the depth of the tests that generate or repeat their
+# cases.  "quick", the default (the README's command, run many times a day), runs every
+# test and every property with a fifth of the examples and rounds; "ci", which .ci/run
+# selects, runs them at full depth.  MEMPROVE_FUZZ_EXAMPLES, MEMPROVE_FAULT_ROUNDS,
+# MEMPROVE_SOAK_CALLS and MEMPROVE_STRESS_ROUNDS still set one size outright.
+TEST_PROFILES = ("quick", "ci")
+TEST_PROFILE = os.environ.get("MEMPROVE_TEST_PROFILE", "").strip() or "quick"
+QUICK_SHARE = 5
+
+
+def depth(full):
+    """A count of examples or rounds that is `full` at CI depth, under this run's
+    profile: all of it under "ci", a fifth of it (at least 10) under "quick"."""
+    return full if TEST_PROFILE == "ci" else max(10, full // QUICK_SHARE)
+
+
+def _load_hypothesis_profile():
+    """Hypothesis's own profiles, for every property that does not count its examples
+    itself; the fuzzers count theirs with depth()."""
+    try:
+        from hypothesis import settings
+    except ImportError:      # the modules that need it skip (or fail under CI=true) saying so
+        return
+    settings.register_profile("ci", max_examples=100)
+    settings.register_profile("quick", max_examples=100 // QUICK_SHARE)
+    if TEST_PROFILE in TEST_PROFILES:
+        settings.load_profile(TEST_PROFILE)
+
+
+_load_hypothesis_profile()
+
+
+def pytest_configure(config):
+    if TEST_PROFILE not in TEST_PROFILES:
+        raise pytest.UsageError("MEMPROVE_TEST_PROFILE=%s: the profiles are %s"
+                                % (TEST_PROFILE, " and ".join(TEST_PROFILES)))
+
+
+def pytest_report_header(config):
+    return "memprove test profile: %s (MEMPROVE_TEST_PROFILE)" % TEST_PROFILE
+
+
+# ---------------------------------------------------------------------------
+# What the xdist workers of one run share
+# ---------------------------------------------------------------------------
+
+def run_directory(tmp_path_factory):
+    """This run's base temporary directory: the worker's own under xdist holds only
+    that worker's files, so the run's is its parent (the controller's)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def exclusive_lock(path):
+    """Hold an exclusive lock on the file `path` (made if absent) while the block runs."""
+    with open(str(path), "a+b") as handle:
+        if os.name == "nt":
+            import msvcrt
+            while True:
+                handle.seek(0)
+                try:
+                    msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+                    break
+                except OSError as error:
+                    if error.errno != errno.EDEADLOCK:   # LK_LOCK gives up after ten seconds
+                        raise
+            try:
+                yield
+            finally:
+                handle.seek(0)
+                msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def built_once(tmp_path_factory, name, build):
+    """The path `build(folder)` returns, built into <run directory>/<name> by the first
+    worker of this run that asks while the others wait, and returned to every later call.
+    The lock and the note of the path sit beside the folder, which holds the build alone."""
+    run = run_directory(tmp_path_factory)
+    folder, note = run / name, run / (name + ".path")
+    with exclusive_lock(run / (name + ".lock")):
+        if note.is_file():
+            return Path(note.read_text("utf-8"))
+        if folder.exists():              # a build that failed, in another worker
+            shutil.rmtree(str(folder))
+        folder.mkdir()
+        path = build(folder)
+        note.write_text(str(path), "utf-8")
+        return path
+
+
+# ---------------------------------------------------------------------------
 # The .pyz and the interpreters
 # ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
 def pyz(tmp_path_factory):
-    """Build the .pyz once per session with build_zipapp.py; return its path.
-    Besides what the build finds itself (pyenv, PATH), it compiles bytecode with
-    every interpreter find_python finds, the chroot wrappers included."""
-    out = tmp_path_factory.mktemp("pyz") / "memprove_mcp.pyz"
+    """Build the .pyz once per run with build_zipapp.py (the xdist workers share it);
+    return its path.  Besides what the build finds itself (pyenv, PATH), it compiles
+    bytecode with every interpreter find_python finds, the chroot wrappers included."""
+    return built_once(tmp_path_factory, "pyz", build_pyz)
+
+
+def build_pyz(folder):
+    out = folder / "memprove_mcp.pyz"
     pythons = []
     for minor in PYTHON_VERSIONS:
         if find_python(minor):
@@ -228,11 +336,12 @@ def newest_python():
 
 
 @pytest.fixture(scope="session")
-def server_version(pyz):
+def server_version(pyz, tmp_path_factory):
     """V of `--version` (`memprove-mcp V (<12 hex>)`)."""
+    # A HOME of its own: the .pyz's folder is shared, and a test snapshots it.
     done = subprocess.run([sys.executable, str(pyz), "--version"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT,
-                          env=clean_env(str(pyz.parent)))
+                          env=clean_env(str(tmp_path_factory.mktemp("version-home"))))
     match = re.match(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\n\Z", done.stdout.decode())
     assert match, done.stdout
     return match.group(1)
@@ -504,7 +613,7 @@ class Server:
         self.closed = False
         self.checked = False
         self.returncode = None
-        self._partial = b""
+        self._partial_has_text = False  # the unfinished last line holds a non-blank byte
         self._next_id = 1000
         self._incoming = queue.Queue()
         self._stash = []
@@ -607,10 +716,15 @@ class Server:
         """Write bytes as they are; non-blank complete lines count as messages."""
         if isinstance(data, str):
             data = data.encode("utf-8")
-        pending = self._partial + data
-        lines = pending.split(b"\n")
-        self._partial = lines.pop()
-        self.sent += sum(1 for line in lines if line.strip())
+        # Only the new bytes are scanned: a line sent in many pieces (the 128 MiB
+        # ones) would otherwise be copied and split again on every piece.
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if self._partial_has_text or line.strip():
+                self.sent += 1
+            self._partial_has_text = False
+        self._partial_has_text = self._partial_has_text or bool(rest.strip())
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
 
@@ -677,9 +791,9 @@ class Server:
 
     def shut_input(self):
         """Close the server's standard input (end of input)."""
-        if self._partial.strip():
+        if self._partial_has_text:
             self.sent += 1
-        self._partial = b""
+        self._partial_has_text = False
         try:
             self.proc.stdin.close()
         except (BrokenPipeError, OSError):

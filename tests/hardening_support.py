@@ -1,14 +1,15 @@
 """Shared helpers of the hardening suite (issue 5): sizes, figures, the guards that
 scan every captured stream, an oracle for the wire, the ledger as the test sees it.
 
-Sizes come from the environment so that CI stays within its time and a longer
-run is one variable away:
+Sizes come from the test profile (conftest.depth: the "ci" profile's below, a fifth
+of them by default) unless the environment sets them, so that a longer run is one
+variable away:
 
     MEMPROVE_FUZZ_EXAMPLES   hypothesis examples per wire-fuzz test and interpreter
                              (raw-byte cases: ten times as many), and per tool in
-                             the tool fuzz                           (CI default 300)
-    MEMPROVE_FAULT_ROUNDS    daemon faults to inject on writes        (CI default 1000)
-    MEMPROVE_SOAK_CALLS      tool calls in the soak's one process     (CI default 10000)
+                             the tool fuzz                           (CI: 300)
+    MEMPROVE_FAULT_ROUNDS    daemon faults to inject on writes        (CI: 1000)
+    MEMPROVE_SOAK_CALLS      tool calls in the soak's one process     (CI: 10000)
     MEMPROVE_RELIABILITY_REPORT  a file that gets one JSON line of figures per test
 
 Every figure a test measures is printed (`pytest -s` or `-rA` shows it) and, when
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROBLEM_CODES, SAFETY_TIMEOUT, tool_value
+from conftest import PROBLEM_CODES, SAFETY_TIMEOUT, depth, tool_value
 
 CI = os.environ.get("CI") == "true"
 
@@ -42,9 +43,9 @@ def _size(name, default):
     return value
 
 
-FUZZ_EXAMPLES = _size("MEMPROVE_FUZZ_EXAMPLES", 300)
-FAULT_ROUNDS = _size("MEMPROVE_FAULT_ROUNDS", 1000)
-SOAK_CALLS = _size("MEMPROVE_SOAK_CALLS", 10000)
+FUZZ_EXAMPLES = _size("MEMPROVE_FUZZ_EXAMPLES", depth(300))
+FAULT_ROUNDS = _size("MEMPROVE_FAULT_ROUNDS", depth(1000))
+SOAK_CALLS = _size("MEMPROVE_SOAK_CALLS", depth(10000))
 
 MAX_LINE = 16 * 1024 * 1024          # protocol.md: a line over 16 MiB is refused
 TIMEOUT = "0.5"                      # MEMPROVE_TIMEOUT for servers that meet faults

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON_VERSIONS, find_python, require_python
+from conftest import PYTHON_VERSIONS, built_once, find_python, require_python
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "build_zipapp.py"
@@ -368,8 +368,10 @@ def test_no_bytecode_packs_the_source_alone(tmp_path):
 
 @pytest.fixture(scope="module")
 def stand_in_with_all(tmp_path_factory):
-    """The stand-in built with the bytecode of every interpreter the tests have."""
-    return build(tmp_path_factory.mktemp("all"), args=python_args())
+    """The stand-in built with the bytecode of every interpreter the tests have (once
+    per run: the xdist workers share it)."""
+    return built_once(tmp_path_factory, "stand-in-all",
+                      lambda folder: build(folder, args=python_args()))
 
 
 def origin(done):

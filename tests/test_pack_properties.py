@@ -21,6 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import memprove_mcp as mp  # noqa: E402
+from conftest import depth  # noqa: E402
 
 # -- the reference: pack.md read literally -------------------------------------
 
@@ -200,7 +201,7 @@ queries = st.one_of(st.none(), st.sampled_from(["", "  ", "w", "r1", "a b", "W",
                     texts(5))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=depth(200), deadline=None, suppress_health_check=list(HealthCheck))
 @given(capsule=capsules(), budget=budgets, query=queries)
 def test_render_pack_agrees_with_a_literal_reading_of_pack_md(capsule, budget, query):
     result = mp.render_pack(capsule, budget, query)
@@ -210,7 +211,7 @@ def test_render_pack_agrees_with_a_literal_reading_of_pack_md(capsule, budget, q
     assert result["claims_shown"] == claims_shown
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=depth(300), deadline=None)
 @given(value=st.one_of(texts(60), odd_value))
 def test_fold_agrees_with_pack_md(value):
     assert mp.fold(value) == ref_fold(value)

@@ -22,7 +22,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import clean_env, find_python, run_cli
+from conftest import clean_env, depth, find_python, run_cli
 from test_cli import interpreter_executable
 
 # spec/clients.md's table, in its order.
@@ -542,7 +542,7 @@ def test_any_path_survives_every_format(pyz, tmp_path_factory, client):
     home = tmp_path_factory.mktemp("home")
     env = clean_env(home)
 
-    @settings(max_examples=40, deadline=None, derandomize=True,
+    @settings(max_examples=depth(40), deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(PATH_TEXT, PATH_TEXT)
     def check(config_name, workspace_name):

@@ -89,9 +89,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if _SKIPPED:
+    reasons = list(_SKIPPED)
+    # Under pytest-xdist the skips happened in the workers: their reports carry the reasons.
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        said = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else ""
+        reason = said[len("Skipped: "):] if said.startswith("Skipped: ") else said
+        if reason.startswith("INTEROP: ") and reason not in reasons:
+            reasons.append(reason)
+    if reasons:
         terminalreporter.section("interop clients NOT verified", sep="!", red=True, bold=True)
-        for reason in _SKIPPED:
+        for reason in reasons:
             terminalreporter.write_line(reason, red=True, bold=True)
 
 

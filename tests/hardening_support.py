@@ -504,6 +504,33 @@ def duplicate_entries(entries):
     return duplicates
 
 
+def daemon_post(daemon, token, path, body):
+    """One write to the reference daemon as a test's own setup (not the server's): the
+    answer's JSON; a status other than 200 or 201 fails."""
+    import http.client
+    import uuid
+    connection = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=SAFETY_TIMEOUT)
+    try:
+        connection.request("POST", path, body=json.dumps(body).encode("utf-8"), headers={
+            "Authorization": "Bearer " + token, "Content-Type": "application/json",
+            "Idempotency-Key": str(uuid.uuid4())})
+        response = connection.getresponse()
+        answer = json.loads(response.read().decode("utf-8"))
+    finally:
+        connection.close()
+    assert response.status in (200, 201), answer
+    return answer
+
+
+def open_task(daemon, token, root, title):
+    """A Task of the Workspace at `root` that no agent has begun (status open)."""
+    workspace = daemon_post(daemon, token, "/v1/workspaces/resolve", {"root": str(root)})
+    task = daemon_post(daemon, token, "/v1/tasks", {"workspace_id": workspace["workspace"]["id"],
+                                                    "title": title})["task"]
+    assert task["status"] == "open", task
+    return task
+
+
 def read_json(path):
     with open(str(path), "rb") as handle:
         return json.loads(handle.read().decode("utf-8"))

@@ -436,6 +436,25 @@ def test_linked_context_lock_is_named(doctor, daemon, workspace, tmp_path):
     assert not (tmp_path / "elsewhere").exists()
 
 
+@pytest.mark.parametrize("name", [".memprove", "context.json"])
+def test_linked_memprove_or_context_is_named(doctor, daemon, workspace, tmp_path, name):
+    """contract.md §6 rule 14: a `.memprove` or `context.json` that is a link (to a
+    sibling's) is `context_unreadable` for reading too; the check names the file."""
+    sibling = tmp_path / "sibling"
+    (sibling / ".memprove").mkdir(parents=True)
+    (sibling / ".memprove" / "context.json").write_text(json.dumps(
+        {"version": 1, "workspace": {"id": "w", "root": str(workspace.resolve())},
+         "task": None, "session": None}))
+    if name == ".memprove":
+        (workspace / ".memprove").rmdir()
+        (workspace / ".memprove").symlink_to(sibling / ".memprove")
+    else:
+        (workspace / ".memprove" / "context.json").symlink_to(sibling / ".memprove" / "context.json")
+    check = doctor(json_mode=True)["workspace"]
+    assert (check["status"], check["code"]) == ("fail", "context_unreadable"), check
+    assert "%s is a link" % name in check["detail"], check
+
+
 def test_workspace_without_memprove_warns(doctor, daemon, tmp_path):
     project = tmp_path / "fresh"
     (project / ".git").mkdir(parents=True)

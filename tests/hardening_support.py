@@ -13,6 +13,12 @@ run is one variable away:
 
 Every figure a test measures is printed (`pytest -s` or `-rA` shows it) and, when
 MEMPROVE_RELIABILITY_REPORT is set, appended there as one JSON line.
+
+Tests about other users (another user's cache, `.memprove/`, or listener) run as root and
+act through `local_users`: LocalUser gives the Popen arguments that run a process as a uid
+of its own (`start_server(user=...)`, `run_cli(user=...)`), Users a directory every user can
+pass through with the .pyz, ledgerd.py and an interpreter they can run; a skip says why
+when the tests are not root.
 """
 
 import json
@@ -976,6 +982,21 @@ def summarize(lines):
         summary.update(nonblocking_answers="%d of %d" % (case["answers"], case["requests"]))
     summary["workspace_paths_fuzzed"] = sum(r["calls"] for r in by_test.get("workspace_path_fuzz", []))
     summary["daemon_fields_fuzzed"] = sum(r["calls"] for r in by_test.get("daemon_field_fuzz", []))
+    # Issue 18 (tests/test_threats.py, tests/test_roots.py and their fuzzers).
+    for case in by_test.get("runs_newlines", []):
+        summary.update(runs_newlines_bytes=case["bytes"],
+                       runs_newlines_seconds=case["seconds_newlines"],
+                       runs_valid_lines_seconds=case["seconds_valid_lines"])
+    for case in by_test.get("runs_memory", []):
+        summary.update(runs_memory_bytes=case["bytes"],
+                       runs_memory_growth_kib=case["peak_hwm_kib"] - case["idle_hwm_kib"])
+    for case in by_test.get("roots_storm_memory", []):
+        summary.update(roots_storm_notifications=case["notifications"],
+                       roots_storm_growth_kib=case["growth_kib"])
+    summary["roots_cases_fuzzed"] = sum(r["cases"] for r in by_test.get("roots_fuzz", []))
+    summary["memprove_trees_fuzzed"] = sum(r["cases"] for r in by_test.get("memprove_tree_fuzz", []))
+    summary["client_files_fuzzed"] = sum(sum(r["runs"].values())
+                                         for r in by_test.get("client_file_long_line_fuzz", []))
     for soak in by_test.get("soak", []):
         summary.update(soak_calls=soak["calls"], soak_rss_growth_kib=soak["rss_growth_kib"],
                        soak_fds_leaked=soak["fds_after"] - soak["fds_before"],

@@ -581,14 +581,15 @@ def expanded_by(client, *values):
 
 
 def refused_in_one_line(done, client, *values):
-    """Exit 1, nothing on standard output, one line on standard error naming the path
-    (each value that holds what the client expands) and those characters."""
+    """Exit 1, nothing on standard output, one line on standard error naming the path (one
+    of the values that hold what the client expands, shown as the where-line shows paths)
+    and its characters."""
     assert (done.returncode, done.stdout) == (1, b""), (client, done.returncode, done.stdout[:200])
     err = one_stderr_line(done)
     assert "Traceback" not in err, err
-    for value in values:
-        for chars in expanded_by(client, value):
-            assert value in err and chars in err, (client, chars, err)
+    named = [value for value in values if expanded_by(client, value) and shown(value) in err
+             and all(chars in err for chars in expanded_by(client, value))]
+    assert named, (client, values, err)
 
 
 def strings_in(document):

@@ -994,7 +994,7 @@ def test_a_token_in_the_command_fails_and_is_never_shown(doctor, daemon, config,
         detail = check["detail"]
         assert str(workspace.resolve() / ".mcp.json") in detail and \
             re.search(r"\bcommand\b", detail), detail
-        for shown in ("python3", "env", "serve", str(doctor_pyz), str(config.dir)):
+        for shown in (entry["command"], "python3", "serve", str(doctor_pyz), str(config.dir)):
             assert shown not in detail, (shown, detail)
     assert check["code"] == "token_in_client_config", check
 

@@ -1814,9 +1814,9 @@ def tool_begin(call, args):
     if len(agent_name) > 64:
         raise invalid("`agent_name` is longer than 64 characters.")
     context, error = call.context_or_error()
-    if error is not None and unsafe_context_directory(call.root):
-        raise error      # a link or a directory in .memprove/: nothing to start afresh from
-    # Otherwise begin moves an unusable context.json aside and starts afresh.
+    if error is not None and error.hint:
+        raise error      # a link or a wrong file type in .memprove/ (§6 rules 6 and 14)
+    # Otherwise begin moves an unreadable or foreign context.json aside and starts afresh.
     task = context.get("task")
     if "task" not in args and new_task is None and not task:
         raise Problem("no_task")
@@ -2830,8 +2830,8 @@ def unsafe_context_directory(root):
     contract.md §6 rules 6 and 14: a link there could make a write create a
     file outside the Workspace, or make two Workspaces share one context, so
     it is found with the context file, before any daemon request, rather than
-    when the write comes.  (context.json itself is no such danger: whatever
-    it is, a link too, `begin` renames it aside and writes a new one.)
+    when the write comes.  (A context.json of the wrong type is no danger to
+    a write, which renames over it; read_context refuses a linked one.)
     """
     import stat
     directory = os.path.join(root, ".memprove")

@@ -51,7 +51,7 @@ EXPECTED_TOOLS = READ_TOOLS + WRITE_TOOLS
 PROBLEM_CODES = frozenset("""
 invalid_params token_missing token_malformed data_dir_missing daemon_unavailable
 daemon_address_refused daemon_timeout daemon_error context_unreadable workspace_unusable
-no_task no_session
+context_foreign no_task no_session
 task_not_found session_not_found run_label_unknown no_passed_runs runs_failing
 internal_error unauthenticated token_revoked scope_missing role_forbidden not_found
 claim_not_found claim_not_active session_not_open invalid_transition evidence_invalid
@@ -600,12 +600,14 @@ _NONE = object()
 class Server:
     """`<python> <pyz> mcp serve ...` with a reader thread on each output stream."""
 
-    def __init__(self, argv, env, cwd, planted):
+    def __init__(self, argv, env, cwd, planted, user=None):
         self.argv = argv
         self.env = env
         self.planted = planted
+        # user: a hardening_support.LocalUser the process runs as (the test runs as root).
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, cwd=str(cwd), bufsize=0)
+                                     stderr=subprocess.PIPE, env=env, cwd=str(cwd), bufsize=0,
+                                     **(user.popen_kwargs() if user is not None else {}))
         self.raw_stdout = []            # every stdout line, bytes, as read
         self.raw_stderr = []            # every stderr line, bytes, as read
         self.messages = []              # every stdout message, parsed, in order
@@ -850,16 +852,19 @@ class Server:
 
 @pytest.fixture
 def start_server(pyz, make_env, workspace, planted):
-    """start_server(python=None, env=None, cwd=None, args=()) -> a running Server.
+    """start_server(python=None, env=None, cwd=None, args=(), program=None, user=None)
+    -> a running Server.
 
     python: the interpreter (default: default_server_python()); env: added to the clean
     environment (a None value removes a key); cwd: default the `workspace`;
-    args: after `mcp serve`."""
+    args: after `mcp serve`; program: the .pyz to run (default: the session's); user: a
+    hardening_support.LocalUser to run it as."""
     servers = []
 
-    def start(python=None, env=None, cwd=None, args=()):
-        argv = [python or default_server_python(), str(pyz), "mcp", "serve"] + [str(a) for a in args]
-        server = Server(argv, make_env(env), cwd or workspace, planted)
+    def start(python=None, env=None, cwd=None, args=(), program=None, user=None):
+        argv = [python or default_server_python(), str(program or pyz), "mcp", "serve"] + \
+            [str(a) for a in args]
+        server = Server(argv, make_env(env), cwd or workspace, planted, user=user)
         servers.append(server)
         return server
 
@@ -880,11 +885,12 @@ def start_server(pyz, make_env, workspace, planted):
     assert not problems, problems
 
 
-def run_cli(python, pyz, args, env, cwd, stdin=b""):
-    """Run `<python> <pyz> args...` to completion; returns CompletedProcess (bytes)."""
+def run_cli(python, pyz, args, env, cwd, stdin=b"", user=None, timeout=SAFETY_TIMEOUT):
+    """Run `<python> <pyz> args...` to completion; returns CompletedProcess (bytes).
+    user: a hardening_support.LocalUser to run it as; timeout: past it, TimeoutExpired."""
     return subprocess.run([python, str(pyz)] + [str(a) for a in args], input=stdin,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(cwd),
-                          timeout=SAFETY_TIMEOUT)
+                          timeout=timeout, **(user.popen_kwargs() if user is not None else {}))
 
 
 def snapshot(*roots):

@@ -14,13 +14,24 @@ variable away:
 
 Every figure a test measures is printed (`pytest -s` or `-rA` shows it) and, when
 MEMPROVE_RELIABILITY_REPORT is set, appended there as one JSON line.
+
+Tests about other users (another user's cache, `.memprove/`, or listener) run as root and
+act through `local_users`: LocalUser gives the Popen arguments that run a process as a uid
+of its own (`start_server(user=...)`, `run_cli(user=...)`), Users a directory every user can
+pass through with the .pyz, ledgerd.py and an interpreter they can run; a skip says why
+when the tests are not root.
 """
 
 import json
 import os
 import re
+import shutil
+import signal
 import socket
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -49,6 +60,11 @@ SOAK_CALLS = _size("MEMPROVE_SOAK_CALLS", depth(10000))
 
 MAX_LINE = 16 * 1024 * 1024          # protocol.md: a line over 16 MiB is refused
 TIMEOUT = "0.5"                      # MEMPROVE_TIMEOUT for servers that meet faults
+
+# glibc keeps freed blocks below its (rising) mmap threshold for reuse; a fixed threshold
+# makes every block of 128 KiB or more its own mapping, returned when freed, so that a
+# server's VmHWM measures what it holds rather than what the allocator caches.
+MALLOC_PLAIN = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
 
 def skip_or_fail(reason, module_level=False):
@@ -85,6 +101,15 @@ def report(test, **figures):
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
     return record
+
+
+def peak_kib(pid):
+    """VmHWM of a live process: the most memory it has held at once."""
+    with open("/proc/%d/status" % pid) as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM in /proc/%d/status" % pid)
 
 
 def proc_stats(pid):
@@ -265,6 +290,15 @@ def outcome_of(response, era=None):
         assert "Traceback" not in text, text
         return code, text
     return "ok", tool_value(result)
+
+
+def call_tool(server, tool, args=None, era="legacy", timeout=SAFETY_TIMEOUT):
+    """outcome_of a tools/call of `tool` with `args` (default {}), its answer awaited up to
+    `timeout` (the harness's safety net)."""
+    request_id = server.new_id()
+    params = server.call_params(tool, {} if args is None else args, era=era)
+    server.send(server.request_message("tools/call", params, id=request_id))
+    return outcome_of(server.response(request_id, timeout=timeout), era)
 
 
 # ---------------------------------------------------------------------------
@@ -477,6 +511,33 @@ def duplicate_entries(entries):
     return duplicates
 
 
+def daemon_post(daemon, token, path, body):
+    """One write to the reference daemon as a test's own setup (not the server's): the
+    answer's JSON; a status other than 200 or 201 fails."""
+    import http.client
+    import uuid
+    connection = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=SAFETY_TIMEOUT)
+    try:
+        connection.request("POST", path, body=json.dumps(body).encode("utf-8"), headers={
+            "Authorization": "Bearer " + token, "Content-Type": "application/json",
+            "Idempotency-Key": str(uuid.uuid4())})
+        response = connection.getresponse()
+        answer = json.loads(response.read().decode("utf-8"))
+    finally:
+        connection.close()
+    assert response.status in (200, 201), answer
+    return answer
+
+
+def open_task(daemon, token, root, title):
+    """A Task of the Workspace at `root` that no agent has begun (status open)."""
+    workspace = daemon_post(daemon, token, "/v1/workspaces/resolve", {"root": str(root)})
+    task = daemon_post(daemon, token, "/v1/tasks", {"workspace_id": workspace["workspace"]["id"],
+                                                    "title": title})["task"]
+    assert task["status"] == "open", task
+    return task
+
+
 def read_json(path):
     with open(str(path), "rb") as handle:
         return json.loads(handle.read().decode("utf-8"))
@@ -492,16 +553,17 @@ def files_under(root):
 
 @pytest.fixture
 def hserve(start_server, mcp_log):
-    """hserve(python=None, env=None, cwd=None, config=None, timeout=None, args=()) -> Server
-    with MEMPROVE_MCP_LOG set (see no_internal_error) and, given a config, its directory."""
-    def start(python=None, env=None, cwd=None, config=None, timeout=None, args=()):
+    """hserve(python=None, env=None, cwd=None, config=None, timeout=None, args=(), **more)
+    -> Server with MEMPROVE_MCP_LOG set (see no_internal_error) and, given a config, its
+    directory; `more` goes to start_server (program=, user=)."""
+    def start(python=None, env=None, cwd=None, config=None, timeout=None, args=(), **more):
         extra = {"MEMPROVE_MCP_LOG": str(mcp_log)}
         if config is not None:
             extra.update(config.env())
         if timeout is not None:
             extra["MEMPROVE_TIMEOUT"] = str(timeout)
         extra.update(env or {})
-        return start_server(python=python, env=extra, cwd=cwd, args=args)
+        return start_server(python=python, env=extra, cwd=cwd, args=args, **more)
     return start
 
 
@@ -513,6 +575,249 @@ def begun_server(hserve, config, title, python=None):
     code, value = outcome_of(server.call("begin", {"new_task": title}), "legacy")
     assert code == "ok", value
     return server, value
+
+
+# ---------------------------------------------------------------------------
+# Other users of the machine (the tests run as root)
+# ---------------------------------------------------------------------------
+# Some rules are about another user's files and sockets (contract.md §5's cache, §6 rules
+# 15 and 17).  Root runs each party as a uid of its own (no passwd entry needed): a
+# LocalUser gives the Popen arguments for it (`start_server(user=...)`,
+# `run_cli(user=...)`), and `local_users` gives a world-traversable directory with the
+# .pyz, tests/ledgerd.py and an interpreter every user can run.
+
+VICTIM_UID, OTHER_UID, THIRD_UID = 54321, 54322, 54323
+
+
+def needs_root(why):
+    """Skip, saying why, unless the tests run as root (CI does)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("needs root to %s: the test runs processes as other uids (%d-%d); run it "
+                    "as root, as CI does" % (why, VICTIM_UID, THIRD_UID))
+
+
+def chown_tree(path, uid, gid):
+    """`path` and everything under it owned by uid:gid (links themselves, never followed)."""
+    path = Path(path)
+    os.chown(str(path), uid, gid, follow_symlinks=False)
+    if path.is_dir() and not path.is_symlink():
+        for below in path.rglob("*"):
+            os.chown(str(below), uid, gid, follow_symlinks=False)
+
+
+class LocalUser:
+    """A user of this machine: a uid, a group of the same number, a home of its own."""
+
+    def __init__(self, uid, home):
+        self.uid = self.gid = uid
+        self.home = home
+
+    def __repr__(self):
+        return "LocalUser(%d)" % self.uid
+
+    def popen_kwargs(self):
+        """Popen's arguments that run the child as this user, with no supplementary group."""
+        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+    def own(self, *paths):
+        for path in paths:
+            chown_tree(path, self.uid, self.gid)
+
+    def env(self, extra=None):
+        """What the user's processes get on top of conftest.clean_env: its HOME, no cache
+        outside it."""
+        values = {"HOME": str(self.home), "XDG_CACHE_HOME": str(self.home / ".cache")}
+        values.update(extra or {})
+        return values
+
+
+def reachable_by_others(path):
+    """True when any user can run `path`: every directory above it lets others through
+    and the file itself lets them read and run it."""
+    real = os.path.realpath(path)
+    if os.stat(real).st_mode & 0o005 != 0o005:
+        return False
+    place = os.path.dirname(real)
+    while True:
+        if os.stat(place).st_mode & 0o001 == 0:
+            return False
+        parent = os.path.dirname(place)
+        if parent == place:
+            return True
+        place = parent
+
+
+def python_for_others():
+    """An interpreter every user can run: sys.executable when its directories let others
+    through (pyenv under /root does not), else the system's python3."""
+    for candidate in (sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")):
+        if candidate and reachable_by_others(candidate):
+            return candidate
+    skip_or_fail("no Python 3 interpreter that other users can run (sys.executable is under "
+                 "a directory closed to them, and /usr/bin/python3 is missing)")
+
+
+class Users:
+    """A directory every user can pass through (mode 0755, under /tmp, not pytest's
+    root-only tmp_path), the .pyz and tests/ledgerd.py copied there, an interpreter every
+    user can run, and three users: `victim` runs the server, `other` and `third` are the
+    other users whose files and sockets it meets."""
+
+    def __init__(self, base, pyz):
+        self.base = base
+        self.python = python_for_others()
+        self.pyz = base / "memprove_mcp.pyz"
+        shutil.copyfile(str(pyz), str(self.pyz))
+        self.ledgerd = base / "ledgerd.py"
+        shutil.copyfile(str(Path(__file__).resolve().parent / "ledgerd.py"), str(self.ledgerd))
+        for path in (self.pyz, self.ledgerd):
+            os.chmod(str(path), 0o644)
+        self.victim = self.user(VICTIM_UID)
+        self.other = self.user(OTHER_UID)
+        self.third = self.user(THIRD_UID)
+        self.processes = []
+
+    def user(self, uid):
+        home = self.directory("home-%d" % uid, mode=0o700)
+        user = LocalUser(uid, home)
+        user.own(home)
+        return user
+
+    def directory(self, relative, owner=None, mode=0o755):
+        """base/relative, made (parents 0755 root's), owned by `owner` (a LocalUser; None:
+        root), with `mode`."""
+        path = self.base / relative
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(str(path), mode)
+        if owner is not None:
+            owner.own(path)
+        return path
+
+    def mcp_log(self, user):
+        """A MEMPROVE_MCP_LOG the user can write; checked at teardown like mcp_log."""
+        return self.base / ("mcp-internal-errors-%d.log" % user.uid)
+
+    def server_env(self, user, extra=None):
+        """A user's server environment: its HOME and MEMPROVE_MCP_LOG, then `extra`."""
+        values = {"MEMPROVE_MCP_LOG": str(self.mcp_log(user))}
+        values.update(extra or {})
+        return user.env(values)
+
+    def spawn(self, argv, user=None, **options):
+        """A process of `user` (None: root) that is killed at teardown if still running."""
+        process = subprocess.Popen(argv, **dict(options, **(user.popen_kwargs() if user else {})))
+        self.processes.append(process)
+        return process
+
+    def close(self):
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        logs = sorted(self.base.glob("mcp-internal-errors-*.log"))
+        texts = [path.read_text("utf-8", "replace")[:2000] for path in logs]
+        shutil.rmtree(str(self.base), ignore_errors=True)
+        if texts:
+            pytest.fail("a server of another user recorded an internal_error:\n" + "\n".join(texts))
+
+
+@pytest.fixture
+def local_users(pyz):
+    """Users (see there); a skip that says why unless the tests run as root."""
+    needs_root("act as several users")
+    base = Path(tempfile.mkdtemp(prefix="memprove-users-", dir="/tmp"))
+    os.chmod(str(base), 0o755)
+    users = Users(base, pyz)
+    try:
+        yield users
+    finally:
+        users.close()
+
+
+LISTENER = r"""
+import socket, sys, threading
+host, port = sys.argv[1], int(sys.argv[2])
+sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind((host, port))
+sock.listen(16)
+port = sock.getsockname()[1]
+print("ready %d" % port, flush=True)
+stopping = threading.Event()
+
+def serve():
+    while True:
+        conn, _ = sock.accept()
+        if stopping.is_set():
+            conn.close()
+            return
+        conn.settimeout(2.0)
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                piece = conn.recv(65536)
+                if not piece:
+                    break
+                data += piece
+        except OSError:
+            pass
+        print("connection " + data.hex(), flush=True)
+        conn.close()
+
+thread = threading.Thread(target=serve, daemon=True)
+thread.start()
+sys.stdin.readline()
+stopping.set()
+socket.create_connection((host, port), timeout=5).close()
+thread.join(10)
+print("done", flush=True)
+"""
+
+
+class UserListener:
+    """A TCP listener run by `user` (None: root) on host:port (0: a free one) that records
+    the first bytes of every connection (up to the end of the HTTP head): a stand-in for
+    another user's program on the port a dead daemon left in daemon.json."""
+
+    def __init__(self, users, user, host="127.0.0.1", port=0):
+        self.host = host
+        self.process = users.spawn([users.python, "-c", LISTENER, host, str(port)], user,
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        first = self.process.stdout.readline().decode()
+        assert first.startswith("ready "), (first, self.process.stderr.read())
+        self.port = int(first.split()[1])
+
+    @property
+    def url(self):
+        return "http://%s:%d" % ("[%s]" % self.host if ":" in self.host else self.host, self.port)
+
+    def stop(self):
+        """The bytes each connection sent, in order (the listener has ended)."""
+        out, err = self.process.communicate(b"stop\n", timeout=SAFETY_TIMEOUT)
+        lines = out.decode().splitlines()
+        assert lines and lines[-1] == "done", (lines, err)
+        return [bytes.fromhex(line.split(" ", 1)[1]) if " " in line else b""
+                for line in lines[:-1] if line.startswith("connection")]
+
+
+class UserDaemon:
+    """tests/ledgerd.py run by `user` in a process of its own, accepting `token`; the
+    daemon.json it writes is the user's."""
+
+    def __init__(self, users, user, data_dir, token):
+        self.process = users.spawn([users.python, str(users.ledgerd), "--data-dir", str(data_dir),
+                                    "--token", token], user, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)
+        first = self.process.stdout.readline().decode()
+        match = re.match(r"ledgerd listening on (http://127\.0\.0\.1:(\d+)) ", first)
+        assert match, (first, self.process.stderr.read())
+        self.url, self.port = match.group(1), int(match.group(2))
+
+    def crash(self):
+        """Killed: it leaves daemon.json behind, naming a port nobody listens on."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(SAFETY_TIMEOUT)
 
 
 # ---------------------------------------------------------------------------
@@ -678,6 +983,21 @@ def summarize(lines):
         summary.update(nonblocking_answers="%d of %d" % (case["answers"], case["requests"]))
     summary["workspace_paths_fuzzed"] = sum(r["calls"] for r in by_test.get("workspace_path_fuzz", []))
     summary["daemon_fields_fuzzed"] = sum(r["calls"] for r in by_test.get("daemon_field_fuzz", []))
+    # Issue 18 (tests/test_threats.py, tests/test_roots.py and their fuzzers).
+    for case in by_test.get("runs_newlines", []):
+        summary.update(runs_newlines_bytes=case["bytes"],
+                       runs_newlines_seconds=case["seconds_newlines"],
+                       runs_valid_lines_seconds=case["seconds_valid_lines"])
+    for case in by_test.get("runs_memory", []):
+        summary.update(runs_memory_bytes=case["bytes"],
+                       runs_memory_growth_kib=case["peak_hwm_kib"] - case["idle_hwm_kib"])
+    for case in by_test.get("roots_storm_memory", []):
+        summary.update(roots_storm_notifications=case["notifications"],
+                       roots_storm_growth_kib=case["growth_kib"])
+    summary["roots_cases_fuzzed"] = sum(r["cases"] for r in by_test.get("roots_fuzz", []))
+    summary["memprove_trees_fuzzed"] = sum(r["cases"] for r in by_test.get("memprove_tree_fuzz", []))
+    summary["client_files_fuzzed"] = sum(sum(r["runs"].values())
+                                         for r in by_test.get("client_file_long_line_fuzz", []))
     for soak in by_test.get("soak", []):
         summary.update(soak_calls=soak["calls"], soak_rss_growth_kib=soak["rss_growth_kib"],
                        soak_fds_leaked=soak["fds_after"] - soak["fds_before"],

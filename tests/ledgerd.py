@@ -36,9 +36,11 @@ It serves until SIGINT or SIGTERM.  Tests drive it from Python::
                            #   "headers", "body", "status"} (status None until answered, or
                            #   when the connection was dropped); d.clear_ops()
     d.serve_capsule(task_id, {"capsule": ...})  # getTaskCapsule answers that body (None: undo)
-    d.inject(fault, op=None, count=1, seconds=None)   # the next `count` requests (count None:
-                           #   all) of operation `op` (None: any) get the fault; clear_faults()
-    gate = d.hold(op); gate.wait_arrived(timeout=10); gate.release()
+    d.inject(fault, op=None, count=1, seconds=None, code=None)   # the next `count` requests
+                           #   (count None: all) of operation `op` (None: any) get the fault;
+                           #   clear_faults()
+    gate = d.hold(op); gate.wait_arrived(timeout=10, count=1); gate.release()
+    d.set_task_status(task_id, status)   # as another agent's transition would leave it
     d.rewrite(op, ("session", "id"), 5, count=1)   # the next `count` 2xx answers of `op`
                            #   (count None: all) carry that field changed (value REMOVE:
                            #   deleted; a path the answer lacks: unchanged); what was
@@ -52,7 +54,8 @@ Faults.  Not executed (the operation never runs): ``status500`` (500, text/plain
 the client hangs up), ``redirect`` (302 to http://203.0.113.1/), ``drop_before`` (the
 connection closed without an answer).  Executed and committed: ``drop_after`` (then closed
 without an answer), ``truncated`` (the real answer's first half under its full
-Content-Length, then closed), ``delay`` (answered normally after `seconds`).  A write whose
+Content-Length, then closed), ``delay`` (answered normally after `seconds`), ``problem``
+(the Problem `code` of PROBLEMS, as if the daemon had refused the request).  A write whose
 answer was lost this way is answered in full to a retry with the same Idempotency-Key.
 ``rewrite`` changes one field of an answer that is otherwise real (a daemon answering
 values of the wrong type, contract.md section 6 rule 3).
@@ -90,7 +93,7 @@ MAX_REQUEST_BODY = 1 << 20          # a request body larger than this is refused
 HUGE_LENGTH = 65 * (1 << 20) + 1    # the Content-Length the "huge" fault announces
 REDIRECT_TARGET = "http://203.0.113.1/"
 FAULTS = ("delay", "status500", "garbage", "truncated", "drop_before", "drop_after", "huge",
-          "redirect")
+          "redirect", "problem")
 REMOVE = object()                   # d.rewrite(op, path, REMOVE): the field is deleted
 
 ROLE_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,31}\Z")
@@ -880,18 +883,23 @@ class Gate:
 
     def __init__(self, op):
         self.op = op
-        self._arrived = threading.Event()
+        self._arrivals = 0
+        self._changed = threading.Condition()
         self._released = threading.Event()
 
     def release(self):
         self._released.set()
 
-    def wait_arrived(self, timeout=10):
-        """True once a request of the operation has arrived at the gate."""
-        return self._arrived.wait(timeout)
+    def wait_arrived(self, timeout=10, count=1):
+        """True once `count` requests of the operation have arrived at the gate (a barrier:
+        two writers held until both are there, then released together)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._arrivals >= count, timeout)
 
     def _pass(self):
-        self._arrived.set()
+        with self._changed:
+            self._arrivals += 1
+            self._changed.notify_all()
         self._released.wait()
 
 
@@ -975,6 +983,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if kind in ("status500", "garbage", "huge", "redirect"):
             entry["status"] = self._send_fault(kind)
+            return
+        if kind == "problem":
+            problem = Problem(fault["code"], "Injected.")
+            status, content_type, payload = daemon._encode(problem.status, problem.body())
+            entry["status"] = status
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(payload)
             return
         if kind == "delay":
             time.sleep(fault["seconds"])
@@ -1200,16 +1219,28 @@ class Daemon:
             else:
                 self._capsules[task_id] = body
 
-    def inject(self, fault, op=None, count=1, seconds=None):
-        """The next `count` requests (of operation `op`, or any; count None: all) get `fault`."""
+    def inject(self, fault, op=None, count=1, seconds=None, code=None):
+        """The next `count` requests (of operation `op`, or any; count None: all) get `fault`;
+        the `problem` fault answers the Problem `code` without executing the request."""
         if fault not in FAULTS:
             raise ValueError("unknown fault %r; one of %s" % (fault, ", ".join(FAULTS)))
         if op is not None and op not in OPERATION_IDS:
             raise ValueError("unknown operation %r" % op)
         if fault == "delay" and seconds is None:
             raise ValueError("the delay fault needs seconds")
+        if (fault == "problem") != (code in PROBLEMS):
+            raise ValueError("the problem fault, and it alone, needs a code of PROBLEMS")
         with self._lock:
-            self._faults.append({"fault": fault, "op": op, "count": count, "seconds": seconds})
+            self._faults.append({"fault": fault, "op": op, "count": count, "seconds": seconds,
+                                 "code": code})
+
+    def set_task_status(self, task_id, status):
+        """The Task's status changed in the store alone (no ledger entry), as another agent's
+        transition would leave it between a server's read and its write."""
+        if status not in ("open", "active", "done"):
+            raise ValueError("unknown status %r" % status)
+        with self.store.lock:
+            self.store.run("UPDATE tasks SET status = ? WHERE id = ?", status, task_id)
 
     def clear_faults(self):
         with self._lock:

@@ -216,3 +216,86 @@ def test_two_servers_and_memprove_run_write_one_workspace_at_once(
     assert verified["entries"] == 4 + 2 * 2 * ROUNDS + len(runs)
     for server in (lead, alpha, beta):
         assert server.close() == 0
+
+
+# -- two agents begin one open Task (tools.md, begin step 6; issue 18) ------------------
+
+def sent_begin(server, arguments):
+    message = server.request_message("tools/call", server.call_params("begin", arguments))
+    server.send(message)
+    return message["id"]
+
+
+def operations(daemon):
+    return [(entry["op"], entry["status"]) for entry in daemon.ops]
+
+
+def test_two_agents_begin_one_open_task_at_once(start_server, daemon, config, workspace):
+    """Both begins have made their Session when their transitions to `active` reach the
+    daemon (a barrier holds the transitions until both are there): the first moves the
+    Task, the second gets `invalid_transition`, reads the Task again, sees it active, and
+    goes on.  Both agents get their Session (one failed 12 times in 15)."""
+    from hardening_support import open_task, outcome_of
+    from conftest import SAFETY_TIMEOUT
+    root = os.path.realpath(str(workspace))
+    task = open_task(daemon, config.token, root, "Begun twice at once")
+    servers = []
+    for name in ("alpha", "beta"):
+        server = start_server(env=config.env())
+        server.initialize(client=name)
+        servers.append(server)
+    gate = daemon.hold("transitionTask")
+    ids = [sent_begin(server, {"task": task["number"], "agent_name": name})
+           for server, name in zip(servers, ("alpha", "beta"))]
+    try:
+        assert gate.wait_arrived(SAFETY_TIMEOUT, count=2), operations(daemon)
+    finally:
+        gate.release()
+    results = [outcome_of(server.response(request_id)) for server, request_id in zip(servers, ids)]
+    for code, value in results:
+        assert code == "ok", value
+        assert value["task_id"] == task["id"] and value["task"]["status"] == "active", value
+    assert results[0][1]["session_id"] != results[1][1]["session_id"]
+    statuses = sorted(status for op, status in operations(daemon) if op == "transitionTask")
+    assert statuses == [200, 409], operations(daemon)
+    with open(os.path.join(root, ".memprove", "context.json")) as handle:
+        assert json.load(handle)["session"]["id"] in [value["session_id"] for _, value in results]
+    for server in servers:
+        assert server.close() == 0
+
+
+@pytest.mark.parametrize("meanwhile", ["still open", "done"])
+@pytest.mark.parametrize("arguments, made", [
+    ({"task": 1}, "Session 1 is open."),
+    ({"new_task": "A new Task"}, "Task 2 was created. Session 1 is open."),
+], ids=["task", "new_task"])
+def test_a_refused_transition_to_a_task_that_is_not_active_still_fails(
+        start_server, daemon, config, workspace, meanwhile, arguments, made):
+    """When the Task read again after `invalid_transition` is not active (still open: the
+    daemon refused for a reason of its own; or done meanwhile), begin fails with
+    `invalid_transition`, its hint naming what was made, and writes no context."""
+    from hardening_support import open_task, outcome_of
+    from conftest import SAFETY_TIMEOUT
+    root = os.path.realpath(str(workspace))
+    open_task(daemon, config.token, root, "Open until it is not")
+    server = start_server(env=config.env())
+    server.initialize()
+    if meanwhile == "still open":
+        daemon.inject("problem", op="transitionTask", code="invalid_transition")
+        code, text = outcome_of(server.call("begin", arguments))
+    else:
+        gate = daemon.hold("transitionTask")
+        request_id = sent_begin(server, arguments)
+        try:
+            assert gate.wait_arrived(SAFETY_TIMEOUT), operations(daemon)
+            held = [entry for entry in daemon.ops if entry["op"] == "transitionTask"][-1]
+            daemon.set_task_status(held["path"].split("/")[3], "done")
+        finally:
+            gate.release()
+        code, text = outcome_of(server.response(request_id))
+    assert code == "invalid_transition" and made in text, text
+    done = operations(daemon)
+    after = [op for op, _ in done[[op for op, _ in done].index("transitionTask") + 1:]]
+    assert after == ["listTasks"], done                  # read again, and nothing more
+    assert not os.path.exists(os.path.join(root, ".memprove", "context.json"))
+    assert server.close() == 0

@@ -6,12 +6,14 @@ token on neither output stream, in either format."""
 
 import http.client
 import json
+import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -114,16 +116,21 @@ def base_env(config, cache_home):
 
 @pytest.fixture
 def doctor(doctor_pyz, make_env, base_env, workspace, planted):
-    """doctor(*args, env=None, cwd=None, json_mode=False, python=None) -> Outcome.
+    """doctor(*args, env=None, cwd=None, json_mode=False, python=None, timeout=SAFETY_TIMEOUT)
+    -> Outcome; past `timeout` seconds, a failure.
 
     env is added to the base environment (the `config` fixture's directory; a None
     value removes a key).  Every run is checked: exit 0 or 1 with nothing on standard
     error, and no planted value (the token) on either stream, whatever the format."""
-    def run(*args, env=None, cwd=None, json_mode=False, python=None):
+    def run(*args, env=None, cwd=None, json_mode=False, python=None, timeout=SAFETY_TIMEOUT):
         extra = dict(base_env)
         extra.update(env or {})
         argv = ["mcp", "doctor"] + list(args) + (["--json"] if json_mode else [])
-        done = run_cli(python or sys.executable, doctor_pyz, argv, make_env(extra), cwd or workspace)
+        try:
+            done = run_cli(python or sys.executable, doctor_pyz, argv, make_env(extra),
+                           cwd or workspace, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("doctor %s did not finish within %s s" % (" ".join(args), timeout))
         for secret in planted:
             for form in {secret.encode("utf-8"), json.dumps(secret)[1:-1].encode("utf-8")}:
                 assert form not in done.stdout, "the token is on standard output"
@@ -427,6 +434,25 @@ def test_linked_context_lock_is_named(doctor, daemon, workspace, tmp_path):
     assert check["code"] == "context_unreadable"
     assert "context.lock" in check["detail"]
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("name", [".memprove", "context.json"])
+def test_linked_memprove_or_context_is_named(doctor, daemon, workspace, tmp_path, name):
+    """contract.md §6 rule 14: a `.memprove` or `context.json` that is a link (to a
+    sibling's) is `context_unreadable` for reading too; the check names the file."""
+    sibling = tmp_path / "sibling"
+    (sibling / ".memprove").mkdir(parents=True)
+    (sibling / ".memprove" / "context.json").write_text(json.dumps(
+        {"version": 1, "workspace": {"id": "w", "root": str(workspace.resolve())},
+         "task": None, "session": None}))
+    if name == ".memprove":
+        (workspace / ".memprove").rmdir()
+        (workspace / ".memprove").symlink_to(sibling / ".memprove")
+    else:
+        (workspace / ".memprove" / "context.json").symlink_to(sibling / ".memprove" / "context.json")
+    check = doctor(json_mode=True)["workspace"]
+    assert (check["status"], check["code"]) == ("fail", "context_unreadable"), check
+    assert "%s is a link" % name in check["detail"], check
 
 
 def test_workspace_without_memprove_warns(doctor, daemon, tmp_path):
@@ -870,3 +896,173 @@ def test_token_nowhere_in_any_output(doctor, daemon, config, claude_entry, works
             outcome = doctor(env=env, json_mode=json_mode)
             assert outcome.status("client") == "fail"
             assert outcome.status("daemon") == "fail"
+
+
+
+# ---------------------------------------------------------------------------
+# What a repository's or another party's files may cost (issue 18)
+# ---------------------------------------------------------------------------
+# doctor.md: the whole process finishes within MEMPROVE_TIMEOUT plus a second.  That is
+# the spec's own bound, so these runs are given exactly that long.
+
+PROMISE_TIMEOUT = 2
+
+
+def within_its_promise(doctor, *args, **options):
+    env = dict(options.pop("env", None) or {}, MEMPROVE_TIMEOUT=str(PROMISE_TIMEOUT))
+    return doctor(*args, env=env, timeout=PROMISE_TIMEOUT + 1, **options)
+
+
+LONG_CLIENT_FILES = {"codex": ("home", ".codex/config.toml"),
+                     "continue": ("root", ".continue/mcpServers/memprove.yaml"),
+                     "goose": ("home", ".config/goose/config.yaml")}
+
+
+def with_a_long_line(text, place, length=200000):
+    """The entry's text with a comment line of `length` characters: inside the memprove
+    block (indented under its first line) or before it."""
+    lines = text.splitlines(True)
+    if place == "before-the-block":
+        return "#" + "x" * length + "\n" + text
+    index = next(i for i, line in enumerate(lines) if "memprove" in line)
+    indent = len(lines[index]) - len(lines[index].lstrip()) + 4
+    lines.insert(index + 1, " " * indent + "# " + "x" * length + "\n")
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("place", ["in-the-block", "before-the-block"])
+@pytest.mark.parametrize("name", sorted(LONG_CLIENT_FILES))
+def test_a_long_line_in_a_toml_or_yaml_client_file(doctor, daemon, doctor_pyz, make_env, base_env,
+                                                   workspace, home, name, place):
+    """§6 rule 16: the TOML and YAML client files are read in time linear in their size,
+    lines over 4 KiB skipped (a 16,000-character line took 6 s, 32,000 over 10 s): with a
+    200,000-character line, doctor keeps its promise (MEMPROVE_TIMEOUT plus a second) and
+    finds the entry print-config wrote, as without the line."""
+    text = print_config(doctor_pyz, make_env, base_env, workspace, "--client", name)
+    base, relative = LONG_CLIENT_FILES[name]
+    path = (workspace if base == "root" else home) / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(with_a_long_line(text, place))
+    outcome = within_its_promise(doctor, "--client", name)
+    assert outcome.status("client") == "ok", outcome.out
+    assert str(path) in outcome["client"]["detail"]
+
+
+@pytest.mark.parametrize("name", sorted(LONG_CLIENT_FILES))
+def test_many_lines_just_under_4_kib_cost_linear_time(doctor, daemon, doctor_pyz, make_env,
+                                                      base_env, workspace, home, name):
+    """Skipping lines over 4 KiB is not all: the lines that are read are read in linear
+    time too.  Forty comment lines of 4,000 characters in the block (160 KB; each took
+    0.7 s with the quadratic expressions): doctor keeps its promise."""
+    text = print_config(doctor_pyz, make_env, base_env, workspace, "--client", name)
+    for _ in range(40):
+        text = with_a_long_line(text, "in-the-block", length=4000)
+    base, relative = LONG_CLIENT_FILES[name]
+    path = (workspace if base == "root" else home) / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    outcome = within_its_promise(doctor, "--client", name)
+    assert outcome.status("client") == "ok", outcome.out
+
+
+TOKEN_COMMANDS = ["env MEMPROVE_TOKEN={token} python3", "MEMPROVE_TOKEN={token} python3",
+                  "/usr/bin/env -S my_api_Token={token} python3"]
+
+
+@pytest.mark.parametrize("doctors_token", ["none", "another", "the same"])
+@pytest.mark.parametrize("command", TOKEN_COMMANDS, ids=["env", "assignment", "env -S"])
+def test_a_token_in_the_command_fails_and_is_never_shown(doctor, daemon, config, claude_entry,
+                                                         workspace, doctor_pyz, plant, command,
+                                                         doctors_token):
+    """doctor.md: a word of `command` that is a NAME=VALUE whose NAME holds TOKEN is a token,
+    whatever token doctor has (none, another, or that one): the check fails with
+    `token_in_client_config`, and its line names the file and the key, never the command,
+    the arguments or the value (it printed the command whole, token and all)."""
+    entry = json.loads(json.dumps(claude_entry["mcpServers"]["memprove"]))
+    entry["command"] = command.format(token=config.token)
+    entry["args"] = [str(doctor_pyz)] + entry["args"]
+    write_entry(workspace / ".mcp.json", entry)
+    env = {}
+    if doctors_token == "none":
+        config.token_file.unlink()
+    elif doctors_token == "another":
+        env["MEMPROVE_TOKEN"] = plant("tok-ANOTHER")
+    for json_mode in (False, True):     # the `doctor` fixture checks the token is not shown
+        outcome = doctor(env=env, json_mode=json_mode)
+        check = outcome["client"]
+        assert check["status"] == "fail", outcome.out
+        detail = check["detail"]
+        assert str(workspace.resolve() / ".mcp.json") in detail and \
+            re.search(r"\bcommand\b", detail), detail
+        for shown in (entry["command"], "python3", "serve", str(doctor_pyz), str(config.dir)):
+            assert shown not in detail, (shown, detail)
+    assert check["code"] == "token_in_client_config", check
+
+
+# -- what held and must keep holding ----------------------------------------------------
+
+FIFO_FILES = {"claude-code": ("root", ".mcp.json"), "codex": ("home", ".codex/config.toml"),
+              "continue": ("root", ".continue/mcpServers/memprove.yaml"),
+              "goose": ("home", ".config/goose/config.yaml")}
+
+
+@pytest.mark.parametrize("name", sorted(FIFO_FILES))
+def test_a_fifo_as_a_client_file_never_blocks(doctor, daemon, workspace, home, name):
+    """A FIFO where a client's configuration belongs (nobody ever writes to it): doctor
+    keeps its promise and reports no entry there."""
+    base, relative = FIFO_FILES[name]
+    path = (workspace if base == "root" else home) / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(str(path))
+    args = [] if name == "claude-code" else ["--client", name]
+    outcome = within_its_promise(doctor, *args)
+    assert outcome.status("client") in ("warn", "fail"), outcome.out
+
+
+def test_doctor_never_runs_the_entrys_command(doctor, daemon, claude_entry, workspace, tmp_path):
+    """The entry's command (and, for an interpreter entry, its first argument) is looked at,
+    never run."""
+    marker = tmp_path / "it ran"
+    script = tmp_path / "server.sh"
+    script.write_text("#!/bin/sh\ntouch '%s'\n" % marker)
+    os.chmod(str(script), 0o755)
+    entry = json.loads(json.dumps(claude_entry["mcpServers"]["memprove"]))
+    for command, args in ((str(script), entry["args"]),
+                          (sys.executable, [str(script)] + entry["args"])):
+        write_entry(workspace / ".mcp.json", dict(entry, command=command, args=args))
+        assert doctor().status("client") == "warn"
+        assert not marker.exists()
+
+
+def _trickle_forever(conn):
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{")
+    try:
+        for _ in range(100000):
+            conn.sendall(b" ")
+            time.sleep(0.05)                     # a daemon that answers, but never finishes
+    except OSError:
+        pass
+
+
+def _enormous(conn):
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1099511627776\r\n\r\n")
+    try:
+        while True:
+            conn.sendall(b" " * 65536)
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize("answer, codes", [(_trickle_forever, ("daemon_timeout",)),
+                                           (_enormous, ("daemon_error", "daemon_timeout"))],
+                         ids=["trickling", "enormous"])
+def test_a_trickling_or_enormous_answer_is_cut_in_time(doctor, config, answer, codes):
+    fake = RawDaemon(answer)
+    try:
+        fake.write_daemon_json(config.data_dir)
+        outcome = within_its_promise(doctor, json_mode=True)
+    finally:
+        fake.close()
+    check = outcome["daemon"]
+    assert (check["status"], check["code"] in codes) == ("fail", True), check

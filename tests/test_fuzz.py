@@ -23,20 +23,30 @@ Issue 11's input classes have fuzzers of their own: Workspace roots whose names 
 arbitrary bytes, valid UTF-8 or not (§2: `workspace_unusable` before any daemon operation
 exactly when the name is not UTF-8), and daemon answers with a field of the wrong type
 (§6 rule 3: never internal_error, never a wrong value in a result or in context.json).
+
+Issue 18's too: the client's answers to roots/list (storms of list_changed, responses to
+requests never sent or no longer pending holding roots of up to 2 MiB, lists of every kind of
+root, past 1,000 roots and 4,096 bytes) against a model of clients.md and §6 rule 18;
+hostile `.memprove/` trees (links to a sibling's, a foreign context, another user's directory
+above the project) against §6 rules 6, 14 and 15; and client files with lines of up to
+300,000 characters against doctor's time promise (§6 rule 16).
 """
 
 import json
 import os
 import random
 import re
+import subprocess
+import sys
 import uuid
 from collections import Counter
 
 import pytest
 
 from conftest import (EXPECTED_TOOLS, META_CAPABILITIES, META_CLIENT, META_VERSION,
-                      MODERN_VERSION, PROBLEM_CODES, schema_errors, snapshot)
-from hardening_support import (FUZZ_EXAMPLES, MAX_LINE, Expectation, TokenWatch,
+                      MODERN_VERSION, PROBLEM_CODES, make_workspace, run_cli, schema_errors,
+                      snapshot)
+from hardening_support import (FUZZ_EXAMPLES, MAX_LINE, THIRD_UID, Expectation, TokenWatch,
                                check_wire_response, claim_response, hserve, hypothesis_or_fail,
                                id_key, mcp_log, no_internal_error, outcome_of, python_version,
                                report, split_lines, take_noid)
@@ -44,7 +54,7 @@ from hardening_support import (FUZZ_EXAMPLES, MAX_LINE, Expectation, TokenWatch,
 __all__ = ["hserve", "mcp_log", "no_internal_error"]   # fixtures used from hardening_support
 
 hypothesis_or_fail()
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 SETTINGS = dict(deadline=None, database=None, derandomize=True,
@@ -1031,3 +1041,372 @@ def test_daemon_field_fuzz(world, config, workspace):
         len(failures), sum(tally.values()), failures[:10])
     assert world.server.close() == 0
     report("daemon_field_fuzz", calls=sum(tally.values()), outcomes=dict(tally))
+
+
+# =============================================================================
+# Issue 18's input classes: client responses, hostile .memprove/ trees, client files
+# =============================================================================
+# Each of these fuzzers shares one world (a server, the daemon, files) between its
+# examples, so a failure is not shrunk (a replay would meet another world, and a server
+# stuck on one case fails every later one): the first failure stops the test, naming its
+# case.
+
+NO_SHRINK = dict(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
+# -- the client's answers to roots/list (clients.md; contract.md §6 rule 18) ------------
+
+def _file_uri(path):
+    from urllib.parse import quote
+    return "file://" + quote(str(path))
+
+
+def _uri_of_length(path, length):
+    uri = _file_uri(path)
+    pad = length - len(uri)
+    return _file_uri(str(path) + "/." * (pad // 2) + "/" * (pad % 2))
+
+
+class RootsWorld:
+    """A legacy session that declared roots, its working directory outside three projects,
+    and a model of what clients.md and §6 rule 18 make of the client's messages: only the
+    newest roots/list is pending; its good answer gives the start directory (the first
+    usable root of the first 1,000 that holds the working directory, else the first
+    usable one, else none); any other response is dropped unread."""
+
+    def __init__(self, server, elsewhere, projects):
+        self.server, self.elsewhere, self.projects = server, elsewhere, projects
+        deep = projects[0] / "a" / "b"
+        deep.mkdir(parents=True)
+        # (URI, the start directory it gives or None, the Workspace root that start gives)
+        self.pool = [(_file_uri(p), str(p), str(p)) for p in projects] + [
+            (_file_uri(deep), str(deep), str(projects[0])),
+            ("file://localhost" + _file_uri(projects[1])[len("file://"):], str(projects[1]),
+             str(projects[1])),
+            (_file_uri(elsewhere), str(elsewhere), str(elsewhere)),
+            (_uri_of_length(projects[2], 4096), str(projects[2]), str(projects[2])),
+            (_uri_of_length(projects[2], 5000), None, None),
+            ("vscode-remote://wsl+Ubuntu" + _file_uri(projects[0])[len("file://"):], None, None),
+            ("https://example.com/x", None, None), ("file://remote-host/share/x", None, None),
+            ("file:relative/path", None, None), ("file:///tmp/\u0000nul", None, None),
+            ("file:///tmp/%00nul", None, None), ("", None, None), ("::::", None, None)]
+        self.asked, self.pending, self.start = 1, 1, None
+        self.serial = 0
+
+    def request_id(self, number):
+        return "memprove-roots-%d" % number
+
+    def expected(self):
+        if self.start is None:
+            return str(self.elsewhere), "working directory"
+        return dict((start, root) for _, start, root in self.pool if start)[self.start], "roots"
+
+    def changed(self, count):
+        for _ in range(count):
+            self.server.notify("notifications/roots/list_changed")
+        for number in range(self.asked + 1, self.asked + count + 1):
+            request = self.server.server_request()
+            assert request["id"] == self.request_id(number), (request, number)
+        self.asked += count
+        self.pending = self.asked
+
+    def stray(self, kind, payload, size_log2):
+        if kind == "older" and self.asked > 1:
+            number = self.asked - 1 if self.pending == self.asked else self.asked
+            request_id = self.request_id(number)
+        elif kind in ("never-sent", "older"):
+            request_id = self.request_id(self.asked + 1000)
+        else:
+            request_id = {"not-a-number": "memprove-roots-x", "integer": 7, "other": "other"}[kind]
+        message = {"jsonrpc": "2.0", "id": request_id}
+        if payload == "huge":
+            message["result"] = {"roots": [{"uri": "file:///" + "a/" * (2 ** size_log2 // 2)}]}
+        elif payload == "good":
+            message["result"] = {"roots": [{"uri": _file_uri(self.projects[2])}]}
+        else:
+            message["error"] = {"code": -32603, "message": "no"}
+        self.server.send(message)
+
+    def answer(self, answer):
+        if self.pending is None:
+            return
+        message = {"jsonrpc": "2.0", "id": self.request_id(self.pending)}
+        self.pending = None
+        if answer[0] == "roots":
+            _, junk, picks = answer
+            entries = [("vscode-remote://x/%d" % n, None, None) for n in range(junk)] + \
+                [self.pool[index] for index in picks]
+            message["result"] = {"roots": [{"uri": uri} for uri, _, _ in entries]}
+            starts = [start for _, start, _ in entries[:1000] if start]
+            holding = [start for start in starts if start == str(self.elsewhere)]
+            self.start = (holding or starts or [None])[0]
+        elif answer[0] == "error":
+            message["error"] = {"code": -32601, "message": "Method not found"}
+        else:
+            message["result"] = answer[1]
+        self.server.send(message)
+
+
+MALFORMED_ROOTS = [{"roots": "x"}, {"roots": [{"name": "no uri"}]}, {"roots": [{"uri": 42}]},
+                   {"roots": [None]}, {}, [], "roots", None]
+ROOTS_ANSWER = st.one_of(
+    st.tuples(st.just("roots"), st.sampled_from([0, 0, 0, 999, 1000]),
+              st.lists(st.integers(0, 15), max_size=6)),
+    st.just(("error",)),
+    st.tuples(st.just("malformed"), st.sampled_from(MALFORMED_ROOTS)))
+ROOTS_STEP = st.one_of(
+    st.tuples(st.just("changed"), st.integers(1, 30)),
+    st.tuples(st.just("stray"), st.sampled_from(["never-sent", "older", "not-a-number",
+                                                 "integer", "other"]),
+              st.sampled_from(["huge", "good", "error"]), st.integers(10, 21)),
+    st.tuples(st.just("answer"), ROOTS_ANSWER))
+
+
+def test_roots_fuzz(hserve, tmp_path):
+    """Lists of roots of every kind, list_changed storms, and responses the server never
+    asked for (or no longer waits for) holding roots of up to 2 MiB: after each case a
+    ping is answered (within the harness's safety timeout) and `context` finds the
+    Workspace the model says."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".git").mkdir(parents=True)
+    projects = [make_workspace(tmp_path / ("project %d" % n)) for n in range(3)]
+    server = hserve(cwd=elsewhere)
+    params = {"protocolVersion": "2025-06-18", "capabilities": {"roots": {"listChanged": True}},
+              "clientInfo": {"name": "roots-fuzz", "version": "1.0"}}
+    assert "result" in server.request("initialize", params)
+    server.notify("notifications/initialized")
+    assert server.server_request()["id"] == "memprove-roots-1"
+    world = RootsWorld(server, elsewhere, projects)
+    tally = Counter()
+
+    @settings(max_examples=FUZZ_EXAMPLES, **NO_SHRINK)
+    @given(steps=st.lists(ROOTS_STEP, min_size=1, max_size=6))
+    def run(steps):
+        for step in steps:
+            getattr(world, step[0])(*step[1:])
+            tally[step[0]] += 1
+        world.answer(("error",))                 # nothing left pending: no call waits
+        assert server.request("ping")["result"] == {}, steps
+        result = server.call("context")["result"]
+        workspace = result["structuredContent"]["workspace"]
+        assert (workspace["root"], workspace["found_by"]) == world.expected(), (steps, workspace)
+        tally["cases"] += 1
+
+    run()
+    assert server.close() == 0
+    report("roots_fuzz", cases=tally["cases"], steps=dict(tally))
+
+
+# -- hostile .memprove/ trees (contract.md §6 rules 6, 14 and 15) ----------------------
+
+TREE_CALLS = [("context", {}), ("begin", {"new_task": "Tree fuzz"}), ("tasks", {}), ("pack", {}),
+              ("claims", {"numbers": [1]}), ("ledger_verify", {}),
+              ("checkpoint", {"facts": [{"text": "A tree fact."}]}),
+              ("decide", {"decision": "A tree decision."}), ("end", {}), ("complete", {})]
+
+
+class TreeWorld:
+    """A sibling project with a real Task and Session, and a server whose
+    CLAUDE_PROJECT_DIR is a link the test points at a new project tree for each case."""
+
+    def __init__(self, hserve, config, daemon, tmp_path):
+        self.daemon, self.tmp_path = daemon, tmp_path
+        self.sibling = make_workspace(tmp_path / "sibling")
+        server = hserve(config=config, timeout=5, cwd=self.sibling)
+        server.initialize()
+        code, begun = outcome_of(server.call("begin", {"new_task": "The sibling's work"}))
+        assert code == "ok", begun
+        assert server.close() == 0
+        self.secrets = (begun["task_id"], begun["session_id"])
+        self.link = tmp_path / "project-link"
+        self.link.symlink_to(self.sibling)
+        self.server = hserve(config=config, timeout=5, env={"CLAUDE_PROJECT_DIR": str(self.link)})
+        self.server.initialize()
+        self.serial = 0
+
+    def build(self, layout, memprove, context, lock):
+        """A new project tree; returns (project, the other user's directory or None)."""
+        self.serial += 1
+        base = self.tmp_path / "trees" / str(self.serial)
+        others = None
+        if layout == "shared-parent":
+            shared = base / "shared"
+            others = shared / ".memprove"
+            others.mkdir(parents=True)
+            os.chmod(str(others), 0o777)
+            os.chown(str(others), THIRD_UID, THIRD_UID)
+            project = shared / "project"
+            project.mkdir()
+        else:
+            project = base / "project"
+            (project / ".git").mkdir(parents=True)
+            directory = project / ".memprove"
+            sibling = self.sibling / ".memprove"
+            if memprove == "link":
+                directory.symlink_to(sibling)
+            elif memprove == "file":
+                directory.write_bytes(b"not a directory\n")
+            elif memprove == "dir":
+                directory.mkdir()
+                self.fill(project, directory, context, lock)
+        fresh = str(self.link) + ".new"
+        os.symlink(str(project), fresh)
+        os.rename(fresh, str(self.link))
+        return project, others
+
+    def fill(self, project, directory, context, lock):
+        path = directory / "context.json"
+        sibling = self.sibling / ".memprove" / "context.json"
+        mine = {"version": 1, "workspace": {"id": "w", "root": os.path.realpath(str(project))},
+                "task": None, "session": None}
+        if context == "own":
+            path.write_text(json.dumps(mine))
+        elif context == "no-workspace":
+            path.write_text(json.dumps({"version": 1, "task": None, "session": None}))
+        elif context == "foreign":
+            path.write_bytes(sibling.read_bytes())
+        elif context == "link":
+            path.symlink_to(sibling)
+        elif context == "dangling":
+            path.symlink_to("nowhere")
+        elif context == "garbage":
+            path.write_bytes(b"{garbage")
+        if lock == "file":
+            (directory / "context.lock").write_bytes(b"")
+        elif lock == "link":
+            (directory / "context.lock").symlink_to(directory.parent / "planted.lock")
+        elif lock == "dir":
+            (directory / "context.lock").mkdir()
+
+
+@pytest.fixture
+def tree_world(hserve, config, daemon, tmp_path):
+    return TreeWorld(hserve, config, daemon, tmp_path)
+
+
+def test_memprove_tree_fuzz(tree_world, daemon):
+    """Project trees whose `.memprove` is a directory, a link to a sibling's, a file or
+    absent; whose context.json is the project's, has no workspace key, is the sibling's
+    (foreign), links to the sibling's, dangles or is garbage; whose context.lock is a file,
+    a link or a directory; and (as root) a shared parent holding another user's
+    `.memprove/`.  Each tool meets each: links and a wrong type are `context_unreadable`
+    (hint naming the file) for every tool, `begin` included, before any daemon request;
+    garbage is moved aside by `begin` and refused by the others; a foreign context is
+    `context_foreign` for the others, moved aside by `begin`; another user's directory is
+    passed over.  Whatever happens, no request names the sibling's Task or Session and
+    the sibling's files stay as they are."""
+    world = tree_world
+    layouts = ["repo"] + (["shared-parent"] if os.geteuid() == 0 else [])
+    tally = Counter()
+
+    @settings(max_examples=FUZZ_EXAMPLES, **NO_SHRINK)
+    @given(layout=st.sampled_from(layouts),
+           memprove=st.sampled_from(["dir", "dir", "dir", "link", "file", "absent"]),
+           context=st.sampled_from(["absent", "own", "no-workspace", "foreign", "foreign", "link",
+                                    "dangling", "garbage"]),
+           lock=st.sampled_from(["absent", "absent", "file", "link", "dir"]),
+           call=st.sampled_from(TREE_CALLS))
+    def run(layout, memprove, context, lock, call):
+        case = (layout, memprove, context, lock, call[0])
+        project, others = world.build(layout, memprove, context, lock)
+        sibling_files = snapshot(world.sibling)
+        since = len(daemon.ops)
+        tool, args = call
+        code, value = outcome_of(world.server.call(tool, args))
+        tally[(code if tool != "context" else value.get("context_error", "ok"))] += 1
+        assert code != "internal_error", (case, value)
+        real = layout == "repo" and memprove == "dir"
+        hinted = layout == "repo" and (memprove in ("link", "file") or real and (
+            context in ("link", "dangling") or lock in ("link", "dir")))
+        garbage = real and not hinted and context == "garbage"
+        foreign = real and not hinted and context == "foreign"
+        sent = daemon.ops[since:]
+        if tool == "context":
+            assert code == "ok", (case, value)
+            wanted = "context_unreadable" if hinted or garbage else \
+                "context_foreign" if foreign else None
+            assert value.get("context_error") == wanted, (case, value)
+            if others is not None:
+                assert value["workspace"]["root"] == str(project), (case, value)
+                assert ".memprove owned by another user" in value["config"]["warnings"], case
+        elif hinted:
+            assert code == "context_unreadable" and " is " in value, (case, value)
+        elif tool == "begin":
+            assert code == "ok", (case, value)
+            moved = value.get("moved_aside", "")
+            assert moved.startswith("context.json.corrupt-") if garbage else \
+                moved.startswith("context.json.foreign-") if foreign else moved == "", (case, value)
+            if memprove == "absent" or layout == "shared-parent":
+                assert (project / ".memprove" / ".gitignore").read_bytes() == b"*\n", case
+        elif garbage or foreign:
+            assert code == ("context_unreadable" if garbage else "context_foreign"), (case, value)
+        if tool != "begin" and (hinted or garbage or foreign) or tool == "begin" and hinted:
+            assert sent == [], (case, [entry["op"] for entry in sent])
+        for entry in sent:
+            named = entry["path"] + json.dumps(entry.get("body"), default=str)
+            assert not any(secret in named for secret in world.secrets), (case, entry["op"])
+        assert snapshot(world.sibling) == sibling_files, case
+        if others is not None:
+            assert os.listdir(str(others)) == [], case
+        tally["cases"] += 1
+
+    run()
+    assert world.server.close() == 0
+    report("memprove_tree_fuzz", cases=tally.pop("cases"), outcomes=dict(tally))
+
+
+# -- long lines in a client's TOML or YAML file (doctor; contract.md §6 rule 16) --------
+
+LONG_LINE_FILES = {"codex": ("home", ".codex/config.toml"),
+                   "continue": ("root", ".continue/mcpServers/memprove.yaml"),
+                   "goose": ("home", ".config/goose/config.yaml")}
+PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x7e)
+
+
+def test_client_file_long_line_fuzz(pyz, make_env, home, workspace, config, daemon, planted):
+    """print-config's entry for codex, continue or goose with lines of 5,000 to 300,000
+    printable characters put anywhere (comments, keys, `[` and `-` and quotes, a token
+    assignment): lines over 4 KiB are skipped, so doctor finds the entry as print-config
+    wrote it (`ok`), within its promise of MEMPROVE_TIMEOUT plus a second."""
+    env = make_env({"MEMPROVE_CONFIG_DIR": config.dir, "MEMPROVE_TIMEOUT": "2",
+                    "XDG_CACHE_HOME": home / ".cache"})
+    texts = {}
+    for name in LONG_LINE_FILES:
+        done = run_cli(sys.executable, pyz, ["mcp", "print-config", "--client", name], env,
+                       workspace)
+        assert done.returncode == 0, done.stderr
+        texts[name] = done.stdout.decode("utf-8")
+    tally = Counter()
+
+    @settings(max_examples=max(10, FUZZ_EXAMPLES // 10), **NO_SHRINK)
+    @given(name=st.sampled_from(sorted(LONG_LINE_FILES)),
+           insertions=st.lists(st.tuples(st.integers(0, 100), st.integers(0, 12),
+                                         st.text(PRINTABLE, min_size=1, max_size=40)
+                                         | st.sampled_from(["x", "# ", "a=", "- ", "[", '"',
+                                                            "MEMPROVE_TOKEN=" + config.token]),
+                                         st.integers(5000, 300000)),
+                               min_size=1, max_size=3))
+    def run(name, insertions):
+        lines = texts[name].splitlines(True)
+        for position, indent, unit, length in insertions:
+            text = (unit * (length // len(unit) + 1))[:length]
+            lines.insert(position % (len(lines) + 1), " " * indent + text + "\n")
+        base, relative = LONG_LINE_FILES[name]
+        path = (workspace if base == "root" else home) / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes("".join(lines).encode("ascii"))
+        try:
+            done = run_cli(sys.executable, pyz, ["mcp", "doctor", "--json", "--client", name],
+                           env, workspace, timeout=3)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("doctor --client %s took over MEMPROVE_TIMEOUT plus a second "
+                                 "with lines of %s characters" % (name, [i[3] for i in insertions]))
+        finally:
+            path.unlink()
+        assert done.stderr == b"" and config.token.encode() not in done.stdout, done.stderr
+        checks = dict((c["name"], c) for c in json.loads(done.stdout.decode())["checks"])
+        assert checks["client"]["status"] == "ok", (name, insertions[:1], checks["client"])
+        tally[name] += 1
+
+    run()
+    report("client_file_long_line_fuzz", runs=dict(tally))

@@ -1030,3 +1030,46 @@ def test_cli_help():
     done = subprocess.run([sys.executable, str(Path(ledgerd.__file__)), "--help"],
                           stdout=subprocess.PIPE, universal_newlines=True, timeout=30)
     assert done.returncode == 0 and "--data-dir" in done.stdout and "--token" in done.stdout
+
+
+# -- the controls issue 18's tests need ------------------------------------------------
+
+def test_a_gate_is_a_barrier_for_count_arrivals(world):
+    """wait_arrived(count=2) returns once two requests are held; both then run, in turn:
+    the second transition to `active` meets an active Task (invalid_transition)."""
+    d = world.d
+    other = world.new_session(world.task, name="other")
+    gate = d.hold("transitionTask")
+    answers = []
+    threads = [threading.Thread(target=lambda s=session: answers.append(
+        world.transition("active", session=s))) for session in (world.session, other)]
+    for thread in threads:
+        thread.start()
+    assert gate.wait_arrived(timeout=10, count=2)
+    assert answers == []
+    gate.release()
+    for thread in threads:
+        thread.join(10)
+    assert sorted(answer.status for answer in answers) == [200, 409]
+    problem(next(answer for answer in answers if answer.status == 409), 409, "invalid_transition")
+
+
+def test_the_problem_fault_answers_a_code_without_executing(world):
+    d = world.d
+    d.inject("problem", op="transitionTask", code="invalid_transition")
+    problem(world.transition("active"), 409, "invalid_transition")
+    assert world.capsule()["task"]["status"] == "open"         # nothing was executed
+    assert ok(world.transition("active"))["task"]["status"] == "active"
+    with pytest.raises(ValueError):
+        d.inject("problem", op="transitionTask")                # a code is needed
+    with pytest.raises(ValueError):
+        d.inject("status500", code="invalid_transition")        # and only there
+
+
+def test_set_task_status_changes_the_store_alone(world):
+    d = world.d
+    entries = len(ledger_rows(d))
+    d.set_task_status(world.task["id"], "done")
+    assert world.capsule()["task"]["status"] == "done"
+    assert len(ledger_rows(d)) == entries
+    problem(world.transition("active"), 409, "invalid_transition")

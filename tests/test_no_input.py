@@ -25,8 +25,8 @@ import pytest
 
 from conftest import (SAFETY_TIMEOUT, check_stdout_line, clean_env, default_server_python,
                       modern_params, parse_log)
-from hardening_support import (begun_server, hserve, mcp_log, needs_proc, no_internal_error,
-                               outcome_of, read_json, report)
+from hardening_support import (MALLOC_PLAIN, begun_server, hserve, mcp_log, needs_proc,
+                               no_internal_error, outcome_of, peak_kib, read_json, report)
 
 __all__ = ["hserve", "mcp_log", "no_internal_error"]
 
@@ -345,19 +345,8 @@ HELD = 8                            # calls held at the daemon: every worker bus
 QUEUE = 64                          # calls that may wait behind them
 
 
-MALLOC_PLAIN = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
-
-
 def _pipe_bytes(fd):
     return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), "little")
-
-
-def _hwm_kib(pid):
-    with open("/proc/%d/status" % pid) as handle:
-        for line in handle:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmHWM")
 
 
 def _stalled_reading(pid, stdin_fd):
@@ -396,7 +385,7 @@ def test_rule4_flood_of_large_calls_keeps_memory_bounded(hserve, config, daemon,
                                            id="held-%d" % index))
     assert gate.wait_arrived(timeout=SAFETY_TIMEOUT)
     pid = server.proc.pid
-    idle_kib = _hwm_kib(pid)
+    idle_kib = peak_kib(pid)
     logged_before = len(server.stderr_lines)
     padding = "x" * FLOOD_SIZE
     done = threading.Event()
@@ -423,7 +412,7 @@ def test_rule4_flood_of_large_calls_keeps_memory_bounded(hserve, config, daemon,
         assert time.monotonic() < deadline, "the flood neither finished nor stalled"
         stalls = stalls + 1 if _stalled_reading(pid, stdin_fd) else 0
         done.wait(0.05)
-    peak_kib = _hwm_kib(pid)
+    during_kib = peak_kib(pid)
     read_notifications = len(server.stderr_lines) - logged_before
     flood_read_all = done.is_set()
     gate.release()
@@ -433,12 +422,12 @@ def test_rule4_flood_of_large_calls_keeps_memory_bounded(hserve, config, daemon,
         assert outcome_of(server.response("held-%d" % index))[0] == "ok"
     for index in range(FLOOD_CALLS):
         assert outcome_of(server.response("flood-%d" % index))[0] == "invalid_params"
-    final_kib = _hwm_kib(pid)
+    final_kib = peak_kib(pid)
     assert server.close() == 0
     held_kib = (HELD + QUEUE) * FLOOD_SIZE // 1024
     bound_kib = idle_kib + 2 * held_kib + 32 * 1024
     report("flood_memory", calls=FLOOD_CALLS, call_bytes=FLOOD_SIZE, idle_hwm_kib=idle_kib,
-           peak_hwm_kib=peak_kib, final_hwm_kib=final_kib, bound_kib=bound_kib,
+           peak_hwm_kib=during_kib, final_hwm_kib=final_kib, bound_kib=bound_kib,
            notifications_read_while_full=read_notifications)
     assert not flood_read_all, (
         "the server read all %d calls while %d were running: no backpressure" % (FLOOD_CALLS, HELD))

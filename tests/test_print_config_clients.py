@@ -13,6 +13,7 @@ print-config before `--client` existed.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import clean_env, depth, find_python, run_cli
-from test_cli import interpreter_executable
+from test_cli import interpreter_executable, one_stderr_line
 
 # spec/clients.md's table, in its order.
 CLIENTS = ("claude-code", "codex", "gemini", "opencode", "cline", "continue", "amp", "cursor",
@@ -185,21 +186,6 @@ def run_print_config(pyz, args, env, cwd):
     err = done.stderr.decode("utf-8")
     assert err.endswith("\n") and err.count("\n") == 1 and err.startswith("memprove-mcp: "), err
     return done.stdout, err
-
-
-# What each client expands in its configuration's values (clients.md): a path
-# holding it is refused, since the client would start another server.
-EXPANDS = {"claude-code": ("${",), "cursor": ("${",), "vscode": ("${",), "gemini": ("$",),
-           "opencode": ("{env:", "{file:")}
-
-
-def check_refused(pyz, args, env, cwd, marker):
-    """print-config refuses: exit 1, nothing on standard output, one line on
-    standard error naming the characters."""
-    done = run_cli(sys.executable, pyz, ["mcp", "print-config"] + list(args), env, cwd)
-    err = done.stderr.decode("utf-8")
-    assert done.returncode == 1 and done.stdout == b"", (done.returncode, done.stdout, err)
-    assert err.count("\n") == 1 and err.startswith("memprove-mcp: ") and marker in err, err
 
 
 def parse(client, data):
@@ -549,10 +535,9 @@ def test_any_path_survives_every_format(pyz, tmp_path_factory, client):
         config_dir = os.path.abspath(os.path.join(str(home), config_name))
         target = os.path.abspath(os.path.join(str(home), "w", workspace_name))
         args = ["--config-dir", config_dir, "--client", client, "--workspace", target]
-        expanded = [marker for marker in EXPANDS.get(client, ()) for path in (config_dir, target)
-                    if marker in path]
-        if expanded:
-            check_refused(pyz, args, env, home, expanded[0])
+        if expanded_by(client, config_dir, target):
+            refused_in_one_line(run_cli(sys.executable, pyz, ["mcp", "print-config"] + args,
+                                        env, home), client, config_dir, target)
             return
         out, _ = run_print_config(pyz, args, env, home)
         document = parse(client, out)
@@ -584,3 +569,91 @@ def test_every_client_under_every_python(pyz, server_python, make_env, workspace
                                       "--workspace", str(workspace)],
                                      {"MEMPROVE_CONFIG_DIR": config_dir})
         assert document == expected, client
+
+
+
+# -- values a client would expand (clients.md, issue 18) ------------------------------
+# Claude Code expands `${HOME}` in a path, so a server printed for one directory would be
+# started with another.  Each client's own expansion syntax is refused for it; the other
+# clients take the same path as it is.
+
+EXPANDED_BY = {"claude-code": ("${",), "cursor": ("${",), "vscode": ("${",), "gemini": ("$",),
+               "opencode": ("{env:", "{file:")}
+EXPANDING_NAMES = {"dollar-brace": "dir ${HOME}", "dollar": "dir $HOME",
+                   "env": "dir {env:HOME}", "file": "dir {file:~/.secret}"}
+
+
+def expanded_by(client, *values):
+    """The character sequences of `values` that `client` would expand."""
+    return sorted(set(chars for chars in EXPANDED_BY.get(client, ()) for value in values
+                      if chars in value))
+
+
+def refused_in_one_line(done, client, *values):
+    """Exit 1, nothing on standard output, one line on standard error naming the path (one
+    of the values that hold what the client expands, shown as the where-line shows paths)
+    and its characters."""
+    assert (done.returncode, done.stdout) == (1, b""), (client, done.returncode, done.stdout[:200])
+    err = one_stderr_line(done)
+    assert "Traceback" not in err, err
+    named = [value for value in values if expanded_by(client, value) and shown(value) in err
+             and all(chars in err for chars in expanded_by(client, value))]
+    assert named, (client, values, err)
+
+
+def strings_in(document):
+    if isinstance(document, dict):
+        return [text for value in document.values() for text in strings_in(value)]
+    if isinstance(document, list):
+        return [text for value in document for text in strings_in(value)]
+    return [document] if isinstance(document, str) else []
+
+
+def expanding_place(where, tmp_path, label, name, pyz, env):
+    """(print-config's arguments, interpreter, .pyz, extra environment, the value printed)
+    with `name` in the path `where` names."""
+    place = tmp_path / where / label / name
+    if where == "config-dir":
+        return ["--config-dir", str(place)], sys.executable, pyz, {}, str(place)
+    if where == "MEMPROVE_CONFIG_DIR":
+        return [], sys.executable, pyz, {"MEMPROVE_CONFIG_DIR": str(place)}, str(place)
+    place.mkdir(parents=True)
+    if where == "workspace":
+        return ["--workspace", str(place)], sys.executable, pyz, {}, str(place)
+    if where == "pyz":
+        program = place / "memprove_mcp.pyz"
+        shutil.copyfile(str(pyz), str(program))
+        return [], sys.executable, program, {}, str(program)
+    link = place / "python3"
+    link.symlink_to(sys.executable)
+    return ["--python"], str(link), pyz, {}, interpreter_executable(str(link), env)
+
+
+EXPANDING_PLACES = ("config-dir", "MEMPROVE_CONFIG_DIR", "workspace", "pyz", "python")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_value_the_client_would_expand_is_refused(pyz, make_env, workspace, tmp_path, client):
+    """Every value printed (the command, the .pyz, --config-dir or MEMPROVE_CONFIG_DIR,
+    --workspace) holding what `client` expands is refused; any other is printed and parses
+    back exactly."""
+    for where in EXPANDING_PLACES:
+        for label, name in EXPANDING_NAMES.items():
+            args, python, program, extra, value = expanding_place(where, tmp_path, label, name,
+                                                                  pyz, make_env())
+            assert name.split("/")[0] in value
+            done = run_cli(python, program, ["mcp", "print-config", "--client", client] + args,
+                           make_env(extra), workspace)
+            if expanded_by(client, value):
+                refused_in_one_line(done, client, value)
+            else:
+                assert done.returncode == 0, (where, label, done.stderr)
+                assert value in strings_in(parse(client, done.stdout)), (where, label)
+
+
+def test_the_default_client_refuses_a_dollar_brace(pyz, make_env, workspace, tmp_path):
+    """No --client is Claude Code's entry: `${` is refused there too."""
+    value = str(tmp_path / "cfg ${HOME}")
+    done = run_cli(sys.executable, pyz, ["mcp", "print-config", "--config-dir", value],
+                   make_env(), workspace)
+    refused_in_one_line(done, "claude-code", value)

@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from conftest import make_workspace, modern_params
+from hardening_support import claim_response, id_key
 
 ROOTS_REQUEST = {"jsonrpc": "2.0", "method": "roots/list"}
 
@@ -416,3 +417,153 @@ def test_roots_under_every_python(start_server, server_python, elsewhere, projec
     found(server, projects[0])
     assert server.close() == 0
     assert len(response_logged(server, "memprove-roots-2")) == 1
+
+
+# -- what a client's messages may cost (contract.md §6 rule 18) -----------------------
+
+def huge_root_response(request_id, size=4 << 20):
+    """An answer with one root of `size` bytes of `a/` components, a path whose realpath
+    costs time in the square of its length (the review measured 800 KB taking 23 s)."""
+    return {"jsonrpc": "2.0", "id": request_id,
+            "result": {"roots": [{"uri": "file:///" + "a/" * (size // 2)}]}}
+
+
+@pytest.mark.parametrize("which", ["never-sent", "already-answered", "superseded"])
+def test_a_response_to_no_pending_request_is_dropped_unread(start_server, elsewhere, projects,
+                                                            which):
+    """§6 rule 18: a response whose id is not that of the pending roots/list is dropped
+    before anything inside it is looked at, so a ping right behind one holding a 4 MB root
+    is answered at once (within the harness's safety timeout; looking at the root took
+    minutes), and the roots in force stay."""
+    server = start_server(cwd=elsewhere)
+    first = declared(server)
+    if which == "superseded":
+        server.notify("notifications/roots/list_changed")
+        pending = expect_request(server, 2)
+        stale = first["id"]
+    else:
+        server.answer(first, roots_result(projects[0]))
+        found(server, projects[0])
+        pending = None
+        stale = "memprove-roots-99" if which == "never-sent" else first["id"]
+    server.send(huge_root_response(stale))
+    assert server.request("ping")["result"] == {}
+    if pending is not None:
+        server.answer(pending, roots_result(projects[0]))
+    found(server, projects[0])
+    assert server.close() == 0
+
+
+def test_at_most_1000_roots_are_looked_at(start_server, elsewhere, projects):
+    """Of an answer, the first 1,000 roots are looked at: a file root in 1,000th place is
+    used, one in 1,001st is not (the answer then gives no usable root: the next source)."""
+    server = start_server(cwd=elsewhere)
+    others = ["vscode-remote://wsl+Ubuntu/home/%d" % n for n in range(1000)]
+    server.answer(declared(server), roots_result(*(others[:999] + [projects[0]])))
+    found(server, projects[0])
+    server.notify("notifications/roots/list_changed")
+    server.answer(expect_request(server, 2), roots_result(*(others + [projects[1]])))
+    found(server, elsewhere, "working directory")
+    assert server.close() == 0
+
+
+def uri_of_length(path, length):
+    """A file: URI of exactly `length` bytes naming `path` (padded with `/.` segments)."""
+    uri = file_uri(path)
+    pad = length - len(uri)
+    assert pad >= 0
+    return file_uri(str(path) + "/." * (pad // 2) + "/" * (pad % 2))
+
+
+def test_a_uri_over_4096_bytes_is_skipped(start_server, elsewhere, projects):
+    """A URI of 4,096 bytes is used; one of 4,097 is skipped and the next root is used."""
+    server = start_server(cwd=elsewhere)
+    longest = uri_of_length(projects[0], 4096)
+    assert len(longest.encode()) == 4096
+    server.answer(declared(server), roots_result(longest, projects[1]))
+    found(server, projects[0])
+    too_long = uri_of_length(projects[0], 4097)
+    assert len(too_long.encode()) == 4097
+    server.notify("notifications/roots/list_changed")
+    server.answer(expect_request(server, 2), roots_result(too_long, projects[1]))
+    found(server, projects[1])
+    assert server.close() == 0
+
+
+def test_only_the_newest_request_is_pending(start_server, elsewhere, projects):
+    """A list_changed replaces the pending roots/list: after twenty, an answer to one of the
+    older requests is dropped (the call waits for the newest, then goes on with the roots
+    in force), and the answer to the newest is used."""
+    server = start_server(cwd=elsewhere)
+    server.answer(declared(server), roots_result(projects[0]))
+    found(server, projects[0])
+    for _ in range(20):
+        server.notify("notifications/roots/list_changed")
+    requests = [expect_request(server, number) for number in range(2, 22)]
+    server.answer(requests[3], roots_result(projects[1]))
+    found(server, projects[0])
+    server.answer(requests[-1], roots_result(projects[2]))
+    found(server, projects[2])
+    assert server.close() == 0
+
+
+def test_a_call_during_a_list_changed_storm_is_answered(start_server, elsewhere, projects):
+    """A client that sends list_changed every 10 ms and never answers: a `context` call sent
+    mid-storm waits at most 2 s from its own arrival, then goes on with the roots in force
+    (it waited without end when each notification moved its deadline).  It must be
+    answered while the storm goes on, within the harness's safety timeout."""
+    import threading
+    server = start_server(cwd=elsewhere)
+    server.answer(declared(server), roots_result(projects[0]))
+    found(server, projects[0])
+    call = server.request_message("tools/call", {"name": "context"})
+    stop = threading.Event()
+
+    def storm():
+        # The one writer to the pipe while it runs: the call goes out from here, mid-storm.
+        for sent in range(1000000):
+            if sent == 50:
+                server.send(call)
+            server.notify("notifications/roots/list_changed")
+            if stop.wait(0.01):
+                return
+
+    storming = threading.Thread(target=storm, daemon=True)
+    storming.start()
+    try:
+        # One deadline for the whole wait: roots/list requests keep arriving meanwhile.
+        answer = claim_response(server, id_key(call["id"]))
+        still_storming = storming.is_alive()
+    finally:
+        stop.set()
+        storming.join(10)
+    assert still_storming
+    workspace = answer["result"]["structuredContent"]["workspace"]
+    assert (workspace["root"], workspace["found_by"]) == (str(projects[0]), "roots"), workspace
+    assert server.close() == 0
+
+
+def test_a_list_changed_storm_holds_one_request(start_server, elsewhere, projects):
+    """250,000 list_changed and no answer: the server holds one pending request, so its
+    peak memory (VmHWM) grows by no more than 6 MiB (each pending request kept added
+    ~64 bytes: 1,000,000 grew it by 64 MiB).  The growth is reported."""
+    from hardening_support import MALLOC_PLAIN, needs_proc, peak_kib, report
+    needs_proc()
+    server = start_server(cwd=elsewhere, env=MALLOC_PLAIN)
+    server.answer(declared(server), roots_result(projects[0]))
+    notification = b'{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}\n'
+
+    def storm(count):
+        for _ in range(count // 10000):
+            server.send_raw(notification * 10000)
+        assert server.request("ping")["result"] == {}     # every notification has been read
+
+    storm(10000)                                          # the buffers a storm needs, warmed
+    idle_kib = peak_kib(server.proc.pid)
+    storm(250000)
+    storm_kib = peak_kib(server.proc.pid)
+    found(server, projects[0])
+    assert server.close() == 0
+    report("roots_storm_memory", notifications=250000, idle_hwm_kib=idle_kib,
+           peak_hwm_kib=storm_kib, growth_kib=storm_kib - idle_kib)
+    assert storm_kib - idle_kib <= 6 * 1024, (idle_kib, storm_kib)

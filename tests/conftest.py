@@ -354,6 +354,17 @@ def stderr_line_ending(python):
     return b"\r\n" if is_windows_python(python) else b"\n"
 
 
+def exit_status(python, code):
+    """The exit status of a server that ended by itself (no test killed it).  Wine 8
+    now and then shows a Windows Python 3.8 that leaves with os._exit while a thread
+    waits on its standard input as killed by SIGKILL (measured: 1 in 100-200 such
+    exits; none in 300 under 3.13; on Windows the status is the one given): a -9
+    there is read as the 0 the server gave."""
+    if code == -9 and is_windows_python(python):
+        return 0
+    return code
+
+
 # Tests that hold only on POSIX, by their nature: skipped with the server under
 # Windows, saying why.  Keys: "file.py::test" (every parameter) or "file.py".
 WINDOWS_POSIX_ONLY = {
@@ -879,7 +890,7 @@ class Server:
 
     def wait(self, timeout=SAFETY_TIMEOUT):
         try:
-            self.returncode = self.proc.wait(timeout=timeout)
+            self.returncode = exit_status(self.argv[0], self.proc.wait(timeout=timeout))
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError("the server did not exit within %ss" % timeout)

@@ -10,8 +10,9 @@
 # which tests/conftest.py finds there (MEMPROVE_TEST_SERVER_PYTHON=win3.8 runs
 # the end-to-end suite with the server under it; tests/test_windows.py uses both).
 #
-# Installing wine64 needs root (or sudo without a password); the rest runs as the
-# user who runs the tests, since Wine refuses a prefix another user owns.  The
+# Installing wine64 needs root (run as another user, it asks sudo for apt-get
+# alone); the rest runs as the user who runs the tests, since Wine refuses a
+# prefix another user owns.  The
 # first run pays about a minute; later runs check the cache and the wrappers only.
 # Each part is made in a temporary directory and renamed into place, so an
 # interrupted run never leaves a half-made part that a later run would trust.
@@ -67,13 +68,12 @@ fi
 install_wine() {
     local -a run=()
     if [ "$(id -u)" != 0 ]; then
-        if sudo -n true 2>/dev/null; then
-            run=(sudo -n)
-        else
+        command -v sudo >/dev/null || {
             say "wine64 is not installed, and installing it needs root: run this as root," \
-                "or first: sudo apt-get install --no-install-recommends wine64"
+                "or first (as root): apt-get install --no-install-recommends wine64"
             exit 1
-        fi
+        }
+        run=(sudo)
     fi
     command -v apt-get >/dev/null || { say "no apt-get: install Wine (wine64) yourself"; exit 1; }
     say "installing Debian's wine64 (about 30 s)"
@@ -166,7 +166,7 @@ fi
 write_wrapper() {
     local version="$1" wrapper="$BIN/python-win$1"
     cat >"$wrapper.tmp" <<EOF
-#!/usr/bin/env bash
+#!/bin/bash
 # Made by tests/windows.sh: the official Windows CPython $version under Wine.
 export WINEPREFIX=$(printf %q "$PREFIX") WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml=" LC_ALL=C.UTF-8
 wine=$(printf %q "$WINE")

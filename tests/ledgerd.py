@@ -73,6 +73,7 @@ import hashlib
 import http.client
 import http.server
 import json
+import ntpath
 import os
 import re
 import secrets
@@ -253,10 +254,17 @@ def timestamp(value, where):
 
 
 def absolute_path(value, where):
-    if (not isinstance(value, str) or not os.path.isabs(value) or "\x00" in value
-            or SURROGATE.search(value)):
+    if (not isinstance(value, str) or not (os.path.isabs(value) or is_windows_absolute(value))
+            or "\x00" in value or SURROGATE.search(value)):
         raise invalid(where, "must be an absolute path")
     return value
+
+
+def is_windows_absolute(value):
+    """C:\\x or \\\\server\\share\\x: a server on Windows (or under Wine, where / is Z:)
+    names its Workspace so, whatever the daemon's own platform."""
+    drive, rest = ntpath.splitdrive(value)
+    return bool(drive) and rest[:1] in ("\\", "/")
 
 
 def role(value, where):

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO, SAFETY_TIMEOUT, initialize_params, run_cli, snapshot
+from conftest import REPO, SAFETY_TIMEOUT, initialize_params, run_cli, server_path, snapshot
 
 VERSION_LINE = re.compile(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\n\Z")
 
@@ -214,9 +214,9 @@ def test_serve_config_dir_option_wins(start_server, config, tmp_path):
     server.request("initialize", initialize_params())
     result = server.request("tools/call", {"name": "context", "arguments": {}})["result"]
     report = result["structuredContent"]["config"]
-    assert report["config_dir"] == str(config.dir)
+    assert report["config_dir"] == server_path(config.dir)
     assert report["token_from"] == "config"
-    assert report["data_dir"] == str(config.data_dir)
+    assert report["data_dir"] == server_path(config.data_dir)
     assert server.close() == 0
 
 

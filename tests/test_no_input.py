@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (SAFETY_TIMEOUT, check_stdout_line, clean_env, default_server_python,
-                      modern_params, parse_log)
+                      modern_params, parse_log, server_path)
 from hardening_support import (MALLOC_PLAIN, begun_server, hserve, mcp_log, needs_proc,
                                no_internal_error, outcome_of, peak_kib, read_json, report)
 
@@ -155,7 +155,7 @@ def test_rule2_task_title_stored_by_another_client(hserve, config, daemon, works
         connection.close()
         assert answer.status in (200, 201), data
         return data
-    workspace_id = post("/v1/workspaces/resolve", {"root": str(workspace.resolve())})["workspace"]["id"]
+    workspace_id = post("/v1/workspaces/resolve", {"root": server_path(workspace)})["workspace"]["id"]
     task = post("/v1/tasks", {"workspace_id": workspace_id, "title": title})["task"]
     assert task["title"] == title
     server = hserve(config=config, timeout=5)
@@ -866,7 +866,7 @@ def test_s2_start_directory_that_does_not_exist(hserve, config, daemon, workspac
     assert code == "ok", shown
     assert shown["workspace"]["problem"] == "workspace_unusable"
     assert shown["workspace"]["found_by"] == variable
-    assert shown["workspace"]["root"] == str(missing)
+    assert shown["workspace"]["root"] == server_path(missing)
     assert server.close() == 0
 
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import (EXPECTED_TOOLS, LEGACY_VERSIONS, META_CAPABILITIES, META_CLIENT,
                       META_SERVER, META_VERSION, MODERN_VERSION, READ_TOOLS, SAFETY_TIMEOUT,
                       WRITE_TOOLS, initialize_params, log_text, make_workspace, modern_meta,
-                      modern_params, schema_errors, schema_keyword_problems)
+                      modern_params, schema_errors, schema_keyword_problems, server_path)
 
 INVALID_PARAMS_TEXT = "invalid_params: The arguments do not match the tool's input schema."
 MODERN_ONLY_KEYS = {"resultType", "ttlMs", "cacheScope", "_meta"}
@@ -927,7 +927,7 @@ def test_line_separators_are_escaped(serve, tmp_path, era):
     if era == "legacy":
         server.initialize()
     structured = context_result(server.call("context", {}, era=era, id="sep"))
-    assert structured["workspace"]["root"] == os.path.realpath(str(root))
+    assert structured["workspace"]["root"] == server_path(root)
     assert structured["workspace"]["found_by"] == "CLAUDE_PROJECT_DIR"
     raw = b"".join(server.raw_stdout)
     assert b"\xe2\x80\xa8" not in raw and b"\xe2\x80\xa9" not in raw

@@ -8,7 +8,7 @@ from contextlib import closing
 import pytest
 
 import ledgerd
-from conftest import TESTS, tool_value  # noqa: F401  (conftest puts tests/ on sys.path)
+from conftest import TESTS, default_config_dir, server_path, tool_value  # noqa: F401  (conftest puts tests/ on sys.path)
 
 
 def structured(answer):
@@ -37,14 +37,14 @@ def test_tasks_lists_by_number_and_marks_the_current_one(busy, daemon, workspace
     result = structured(server.call("tasks"))
     assert list(result)[:2] == ["task_id", "session_id"]
     assert result["task_id"] == begun["task_id"] and result["session_id"] == begun["session_id"]
-    assert result["workspace"] == str(workspace.resolve())
+    assert result["workspace"] == server_path(workspace)
     assert result["tasks"] == [{"number": 1, "title": "Read me", "status": "active",
                                 "open_items": 1, "sessions_open": 1, "current": True}]
     assert structured(server.call("tasks", {"status": "done"}))["tasks"] == []
     ops = daemon.ops
     assert [entry["op"] for entry in ops] == ["listTasks", "listTasks"]
-    assert ops[0]["query"] == {"workspace": str(workspace.resolve())}
-    assert ops[1]["query"] == {"workspace": str(workspace.resolve()), "status": "done"}
+    assert ops[0]["query"] == {"workspace": server_path(workspace)}
+    assert ops[1]["query"] == {"workspace": server_path(workspace), "status": "done"}
     for entry in ops:
         assert entry["headers"]["authorization"] == "Bearer " + config.token
         assert entry["headers"]["accept"] == "application/json"
@@ -141,12 +141,12 @@ def test_context_without_any_configuration(start_server, workspace, home):
     result = structured(server.call("context"))
     assert list(result) == ["task_id", "session_id", "workspace", "task", "session", "agent",
                             "runs", "config"]
-    assert result["workspace"] == {"root": str(workspace.resolve()),
+    assert result["workspace"] == {"root": server_path(workspace),
                                    "found_by": "working directory", "marked": True,
                                    "problem": None}
     assert result["agent"] == {"name": "pytest-client", "role": "implementer",
                                "name_from": "client", "role_from": "client"}
-    assert result["config"] == {"config_dir": str(home / ".config" / "memprove"),
+    assert result["config"] == {"config_dir": default_config_dir(home),
                                 "token_from": None, "token_file_mode": None, "data_dir": None,
                                 "data_dir_from": None, "daemon_url": None, "warnings": []}
     assert problem(server.call("tasks")).startswith("token_missing: ")

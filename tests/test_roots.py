@@ -10,18 +10,14 @@ from urllib.parse import quote
 
 import pytest
 
-from conftest import make_workspace, modern_params
+from conftest import make_workspace, modern_params, server_file_uri, server_path
 from hardening_support import claim_response, id_key
 
 ROOTS_REQUEST = {"jsonrpc": "2.0", "method": "roots/list"}
 
 
-def file_uri(path):
-    return "file://" + quote(str(path))
-
-
 def roots_result(*paths_or_uris):
-    return {"roots": [{"uri": item if isinstance(item, str) else file_uri(item)}
+    return {"roots": [{"uri": item if isinstance(item, str) else server_file_uri(item)}
                       for item in paths_or_uris]}
 
 
@@ -66,7 +62,7 @@ def workspace_of(server, era="legacy"):
 
 def found(server, root, found_by="roots"):
     workspace = workspace_of(server)
-    assert (workspace["root"], workspace["found_by"]) == (str(root), found_by), workspace
+    assert (workspace["root"], workspace["found_by"]) == (server_path(root), found_by), workspace
     assert workspace["problem"] is None
 
 
@@ -262,7 +258,8 @@ def test_file_uri_forms(start_server, elsewhere, tmp_path):
     """Percent-encoding (a space, non-ASCII) and `file://localhost/` are file roots."""
     project = make_workspace(tmp_path / "caf\u00e9 & co #1")
     server = start_server(cwd=elsewhere)
-    server.answer(declared(server), roots_result("file://localhost" + quote(str(project))))
+    with_host = server_file_uri(project).replace("file://", "file://localhost", 1)
+    server.answer(declared(server), roots_result(with_host))
     found(server, project)
     server.notify("notifications/roots/list_changed")
     server.answer(expect_request(server, 2), roots_result(project))
@@ -331,7 +328,7 @@ def test_a_waiting_call_gets_the_answer_and_ping_is_not_held_up(start_server, el
     assert server.request("ping")["result"] == {}
     server.answer(request, roots_result(projects[0]))
     result = server.response(call["id"])["result"]["structuredContent"]["workspace"]
-    assert (result["root"], result["found_by"]) == (str(projects[0]), "roots")
+    assert (result["root"], result["found_by"]) == (server_path(projects[0]), "roots")
     assert server.close() == 0
 
 
@@ -349,7 +346,7 @@ def test_list_changed_mid_call(start_server, elsewhere, projects):
     server.answer(second, roots_result(projects[1]))
     during = server.response(call["id"])["result"]["structuredContent"]["workspace"]
     assert during["found_by"] == "roots"
-    assert during["root"] in (str(projects[0]), str(projects[1]))
+    assert during["root"] in (server_path(projects[0]), server_path(projects[1]))
     found(server, projects[1])
     # And again, with the call sent after the notification: it must wait for the answer.
     server.notify("notifications/roots/list_changed")
@@ -357,7 +354,7 @@ def test_list_changed_mid_call(start_server, elsewhere, projects):
     server.send(call)
     server.answer(expect_request(server, 3), roots_result(projects[2]))
     after = server.response(call["id"])["result"]["structuredContent"]["workspace"]
-    assert after["root"] == str(projects[2])
+    assert after["root"] == server_path(projects[2])
     assert server.close() == 0
 
 
@@ -411,7 +408,7 @@ def test_roots_under_every_python(start_server, server_python, elsewhere, projec
     assert server.request("ping")["result"] == {}
     server.answer(request, roots_result("vscode-remote://x/y", projects[0]))
     result = server.response(call["id"])["result"]["structuredContent"]["workspace"]
-    assert (result["root"], result["found_by"]) == (str(projects[0]), "roots")
+    assert (result["root"], result["found_by"]) == (server_path(projects[0]), "roots")
     server.notify("notifications/roots/list_changed")
     server.answer(expect_request(server, 2), error={"code": -32603, "message": "no"})
     found(server, projects[0])

@@ -7,11 +7,10 @@ a relative value is relative to the working directory.  Seen through
 """
 
 import sys
-from urllib.parse import quote
 
 import pytest
 
-from conftest import make_workspace, run_cli
+from conftest import make_workspace, run_cli, server_file_uri, server_path
 
 SOURCES = ("--workspace", "MEMPROVE_WORKSPACE", "CLAUDE_PROJECT_DIR", "roots",
            "working directory")
@@ -22,10 +21,6 @@ def places(tmp_path):
     """One Workspace per source, and a working directory that is a Workspace too."""
     return {source: make_workspace(tmp_path / ("ws for " + source.strip("-")))
             for source in SOURCES}
-
-
-def file_uri(path):
-    return "file://" + quote(str(path))
 
 
 def start(start_server, places, given, env=None, cwd=None):
@@ -48,7 +43,7 @@ def legacy_with_roots(server, roots_dir):
     server.notify("notifications/initialized")
     request = server.server_request()
     assert request["method"] == "roots/list"
-    server.answer(request, {"roots": [{"uri": file_uri(roots_dir), "name": "project"}]})
+    server.answer(request, {"roots": [{"uri": server_file_uri(roots_dir), "name": "project"}]})
 
 
 def context(server, era="legacy"):
@@ -70,7 +65,7 @@ def test_the_first_set_source_wins(start_server, places, first):
         server.initialize()
     found = context(server)
     assert found["workspace"]["found_by"] == SOURCES[first]
-    assert found["workspace"]["root"] == str(places[SOURCES[first]])
+    assert found["workspace"]["root"] == server_path(places[SOURCES[first]])
     assert found["workspace"]["marked"] is True
     assert found["workspace"]["problem"] is None
     assert found["config"]["warnings"] == []
@@ -84,7 +79,7 @@ def test_the_modern_era_has_the_same_order_without_roots(start_server, places, g
     found = context(server, era="modern")
     expected = given[0] if given else "working directory"
     assert found["workspace"]["found_by"] == expected
-    assert found["workspace"]["root"] == str(places[expected])
+    assert found["workspace"]["root"] == server_path(places[expected])
     assert server.close() == 0
 
 
@@ -109,7 +104,7 @@ def test_an_unexpanded_variable_is_skipped_with_a_warning(start_server, places, 
     server.initialize()
     found = context(server)
     assert found["workspace"]["found_by"] == "CLAUDE_PROJECT_DIR"
-    assert found["workspace"]["root"] == str(places["CLAUDE_PROJECT_DIR"])
+    assert found["workspace"]["root"] == server_path(places["CLAUDE_PROJECT_DIR"])
     assert found["workspace"]["problem"] is None
     assert found["config"]["warnings"] == ["MEMPROVE_WORKSPACE not expanded"]
     assert server.close() == 0
@@ -123,7 +118,7 @@ def check_unexpanded_option_falls_to_the_variable(start_server, places, value, p
     server.initialize()
     found = context(server)
     assert found["workspace"]["found_by"] == "MEMPROVE_WORKSPACE"
-    assert found["workspace"]["root"] == str(places["MEMPROVE_WORKSPACE"])
+    assert found["workspace"]["root"] == server_path(places["MEMPROVE_WORKSPACE"], python)
     assert found["config"]["warnings"] == ["--workspace not expanded"]
     assert server.close() == 0
 
@@ -140,12 +135,12 @@ def test_both_unexpanded_fall_to_roots_then_the_working_directory(start_server, 
     legacy_with_roots(server, places["roots"])
     found = context(server)
     assert found["workspace"]["found_by"] == "roots"
-    assert found["workspace"]["root"] == str(places["roots"])
+    assert found["workspace"]["root"] == server_path(places["roots"])
     assert sorted(found["config"]["warnings"]) == ["--workspace not expanded",
                                                    "MEMPROVE_WORKSPACE not expanded"]
     modern = context(server, era="modern")            # no roots in the modern era
     assert modern["workspace"]["found_by"] == "working directory"
-    assert modern["workspace"]["root"] == str(places["working directory"])
+    assert modern["workspace"]["root"] == server_path(places["working directory"])
     assert server.close() == 0
 
 
@@ -175,7 +170,7 @@ def test_a_relative_value_is_relative_to_the_working_directory(start_server, tmp
         server.initialize()
         found = context(server)
         assert found["workspace"]["found_by"] == source
-        assert found["workspace"]["root"] == str(expected), value
+        assert found["workspace"]["root"] == server_path(expected), value
         assert server.close() == 0
 
 
@@ -186,7 +181,7 @@ def test_a_start_directory_climbs_to_its_workspace(start_server, places):
     server = start_server(env={"MEMPROVE_WORKSPACE": str(deep)}, cwd=places["working directory"])
     server.initialize()
     found = context(server)
-    assert found["workspace"]["root"] == str(places["MEMPROVE_WORKSPACE"])
+    assert found["workspace"]["root"] == server_path(places["MEMPROVE_WORKSPACE"])
     assert found["workspace"]["found_by"] == "MEMPROVE_WORKSPACE"
     assert server.close() == 0
 
@@ -205,7 +200,7 @@ def test_a_missing_directory_is_unusable_never_the_next_source(start_server, pla
     found = context(server)
     assert found["workspace"]["found_by"] == source
     assert found["workspace"]["problem"] == "workspace_unusable"
-    assert found["workspace"]["root"] == str(missing)
+    assert found["workspace"]["root"] == server_path(missing)
     assert not missing.exists()                        # never created
     assert server.close() == 0
 

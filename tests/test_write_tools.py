@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import pytest
 
 import ledgerd
-from conftest import snapshot, tool_value
+from conftest import server_path, snapshot, tool_value
 
 # contract.md section 4, copied by hand.
 SENTENCES = {
@@ -120,8 +120,8 @@ class World:
         self.daemon = daemon
         self.config = config
         self.token = config.token
-        self.root = os.path.realpath(str(workspace))
-        self.memprove = Path(self.root) / ".memprove"
+        self.root = server_path(workspace)            # as the server names it to the daemon
+        self.memprove = Path(os.path.realpath(str(workspace))) / ".memprove"
         self.context_path = self.memprove / "context.json"
         self.runs_path = self.memprove / "runs.jsonl"
 
@@ -170,8 +170,8 @@ class World:
 
     def run(self, session_id, exit_code, command=CMD, finished_at=None):
         """`memprove run`: recordRun, then a line in runs.jsonl."""
-        return ledgerd.memprove_run(self.daemon.url, self.token, self.root, session_id, command,
-                                    exit_code, finished_at=finished_at, started_at=finished_at)
+        return ledgerd.memprove_run(self.daemon.url, self.token, self.memprove.parent, session_id,
+                                    command, exit_code, finished_at=finished_at, started_at=finished_at)
 
     def api(self, method, path, body=None, query=None, headers=None):
         """One request straight to the daemon (as another client would); (status, answer)."""

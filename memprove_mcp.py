@@ -135,6 +135,7 @@ PROBLEMS = {
     "daemon_error": "The memprove daemon failed without a Problem.",
     "context_unreadable": "The Workspace's context file cannot be read; `begin` starts a fresh one.",
     "workspace_unusable": "The Workspace directory does not exist or its path cannot be used.",
+    "context_foreign": "The Workspace's context file belongs to another Workspace; `begin` starts a fresh one.",
     "no_task": "The context names no Task; call `begin`, or pass `task` where the tool takes one.",
     "no_session": "The context names no open Session; call `begin` first.",
     "task_not_found": "No Task of this Workspace has that number.",
@@ -244,10 +245,10 @@ def main(argv=None):
         sys.stderr.write("memprove-mcp: %s (see --help)\n" % error)
         return 2
     if command == "help":
-        sys.stdout.write(USAGE % ", ".join(CLIENT_NAMES))
+        write_stdout_bytes((USAGE % ", ".join(CLIENT_NAMES)).encode("utf-8"))
         return 0
     if command == "version":
-        sys.stdout.write("memprove-mcp %s (%s)\n" % (VERSION, source_digest()[:12]))
+        write_stdout_bytes(("memprove-mcp %s (%s)\n" % (VERSION, source_digest()[:12])).encode())
         return 0
     if command == "print-config":
         return print_config(options)
@@ -1052,6 +1053,7 @@ class Transport:
             # A full queue blocks this, the reading thread: the client's pipe
             # holds what we cannot, and memory stays bounded (§6 rule 4).
             self.queue = queue.Queue(WAITING)
+            import_what_calls_share()
         with self.flight_lock:
             self.in_flight[request_key(job["id"])] = job
             waiting = len(self.in_flight)
@@ -1090,6 +1092,19 @@ class Transport:
     def in_flight_now(self, request_id):
         with self.flight_lock:
             return request_key(request_id) in self.in_flight
+
+
+def import_what_calls_share():
+    """Import, once and in the reading thread, the modules that calls import
+    where they use them: Python 3.8 under Windows was seen to hand a second
+    thread a module another thread was still importing (`re` without its
+    functions, the `idna` codec missing from getaddrinfo)."""
+    import encodings.idna  # noqa: F401  (socket.getaddrinfo("localhost") looks it up)
+    import ipaddress  # noqa: F401
+    import json  # noqa: F401
+    import re  # noqa: F401
+    import socket  # noqa: F401
+    import urllib.parse  # noqa: F401
 
 
 def write_all(descriptor, data):
@@ -2806,7 +2821,8 @@ def read_context(root):
         if is_link(os.lstat(path)):
             # §6 rule 14: a link can make two Workspaces share one context.
             return {}, Problem("context_unreadable", "The file context.json is a link.")
-        data = read_regular(path, MAX_CONTEXT_FILE + 1, follow=False)[0]
+        data = while_shared(lambda: read_regular(path, MAX_CONTEXT_FILE + 1, follow=False)[0],
+                            time.monotonic() + SHARED_READ_WAIT)
     except FileNotFoundError:
         return {"version": 1, "task": None, "session": None}, None
     except (OSError, ValueError):
@@ -3004,6 +3020,9 @@ def update_context(root, change, timeout=DEFAULT_TIMEOUT):
 
 
 TEMPORARY_PREFIX = ".context."
+# Seconds a reader waits while Windows refuses to open a context.json that
+# another process is renaming over (a writer's rename takes milliseconds).
+SHARED_READ_WAIT = 2.0
 NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW | getattr(os, "O_BINARY", 0)
 
@@ -3445,7 +3464,7 @@ def random_uuid():
 
 def interpret_answer(status, data):
     try:
-        answer = load_json(data.decode("utf-8"))
+        answer = decode_answer(data)
     except (ValueError, RecursionError):
         answer = None
     if 200 <= status < 300:
@@ -3458,6 +3477,23 @@ def interpret_answer(status, data):
     if isinstance(code, str) and PROBLEM_CODE.match(code) and len(code) <= 64:
         raise Problem(code, from_daemon=True)
     raise Problem("daemon_error")
+
+
+def decode_answer(data):
+    """The JSON of an answer body.  A large one (a Capsule of thousands of
+    claims) is decoded with the cyclic garbage collector paused: it holds no
+    cycles, and the collections its many new objects would set off cost a
+    tenth of the decode."""
+    if len(data) < 1 << 20:
+        return load_json(data.decode("utf-8"))
+    import gc
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return load_json(data.decode("utf-8"))
+    finally:
+        if paused:
+            gc.enable()
 
 
 def check_daemon_url(url):

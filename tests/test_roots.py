@@ -466,10 +466,10 @@ def test_at_most_1000_roots_are_looked_at(start_server, elsewhere, projects):
 
 def uri_of_length(path, length):
     """A file: URI of exactly `length` bytes naming `path` (padded with `/.` segments)."""
-    uri = file_uri(path)
-    pad = length - len(uri)
+    uri = server_file_uri(path)
+    pad = length - len(uri.encode())
     assert pad >= 0
-    return file_uri(str(path) + "/." * (pad // 2) + "/" * (pad % 2))
+    return uri + "/." * (pad // 2) + "/" * (pad % 2)
 
 
 def test_a_uri_over_4096_bytes_is_skipped(start_server, elsewhere, projects):

@@ -24,7 +24,7 @@ message received, never a token or an argument value.
 
 The module reads top to bottom in the order data flows through it:
 
-    1. Constants and Problems       limits, versions, the one error type
+    1. Constants and Problems       limits, versions, the platform table, the one error type
     2. Command line                 main(), serve, print-config and its client formats
     3. Transport                    bounded line reader, writer, workers, log, roots
     4. Protocol eras                classify a message, answer it per era
@@ -35,7 +35,8 @@ The module reads top to bottom in the order data flows through it:
     9. Context files                context.json, runs.jsonl
    10. Daemon client                one table of operations, one send()
    11. The Pack                     pure functions of a Capsule
-   12. mcp doctor                   the path from shell to ledger, checked
+   12. mcp doctor                   the path from shell to ledger, checked, with fix
+                                    lines for the platform's shell
 
 Only the standard library is used, from Python 3.6 on, and modules that
 only a tool call needs (json and re among them) are imported where they are

@@ -959,17 +959,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         self.server.ledgerd._log("%s - %s" % (self.address_string(), format % args))
 
+    def _send_head(self, status, content_type, length, message=None):
+        """The status line and headers of an answer that closes its connection."""
+        self.send_response(status, message)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Connection", "close")
+        self.end_headers()
+
     def send_error(self, code, message=None, explain=None):
         # Errors http.server finds itself (a malformed request line...) as Problems too.
         self.close_connection = True
         body = to_json({"type": "urn:memprove:problem:validation_failed", "title": "Bad request.",
                         "status": code, "code": "validation_failed",
                         "detail": message or ""}).encode("utf-8")
-        self.send_response(code, message)
-        self.send_header("Content-Type", "application/problem+json")
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
+        self._send_head(code, "application/problem+json", len(body), message)
         if self.command != "HEAD" and code >= 200 and code not in (204, 304):
             self.wfile.write(body)
 
@@ -996,11 +1000,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             problem = Problem(fault["code"], "Injected.")
             status, content_type, payload = daemon._encode(problem.status, problem.body())
             entry["status"] = status
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            self.send_header("Connection", "close")
-            self.end_headers()
+            self._send_head(status, content_type, len(payload))
             self.wfile.write(payload)
             return
         if kind == "delay":
@@ -1012,11 +1012,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if kind == "drop_after":
             return
         entry["status"] = status
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(payload)))
-        self.send_header("Connection", "close")
-        self.end_headers()
+        self._send_head(status, content_type, len(payload))
         if self.command == "HEAD":
             return
         self.wfile.write(payload[:len(payload) // 2] if kind == "truncated" else payload)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SAFETY_TIMEOUT, run_cli, snapshot
-from hardening_support import RawDaemon
+from hardening_support import RawDaemon, daemon_post
 
 CHECKS = ("python", "config_dir", "token", "data_dir", "workspace", "daemon", "client")
 STATUSES = ("ok", "warn", "fail", "skip")
@@ -162,21 +162,6 @@ def claude_entry(doctor_pyz, make_env, base_env, workspace):
 def write_entry(path, entry, container="mcpServers"):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({container: {"memprove": entry}}))
-
-
-def daemon_write(daemon, token, path, body):
-    """One write to the reference daemon, as a test's own setup (not the server's)."""
-    connection = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=SAFETY_TIMEOUT)
-    try:
-        connection.request("POST", path, body=json.dumps(body).encode("utf-8"), headers={
-            "Authorization": "Bearer " + token, "Content-Type": "application/json",
-            "Idempotency-Key": str(uuid.uuid4())})
-        response = connection.getresponse()
-        answer = json.loads(response.read().decode("utf-8"))
-    finally:
-        connection.close()
-    assert response.status in (200, 201), answer
-    return answer
 
 
 def closed_port():
@@ -496,9 +481,9 @@ def test_context_unreadable(doctor, daemon, workspace):
 
 def test_daemon_counts_tasks(doctor, daemon, config, workspace):
     root = str(workspace.resolve())
-    made = daemon_write(daemon, config.token, "/v1/workspaces/resolve", {"root": root})
+    made = daemon_post(daemon, config.token, "/v1/workspaces/resolve", {"root": root})
     for title in ("one", "two"):
-        daemon_write(daemon, config.token, "/v1/tasks",
+        daemon_post(daemon, config.token, "/v1/tasks",
                      {"workspace_id": made["workspace"]["id"], "title": title})
     daemon.clear_ops()
     outcome = doctor()

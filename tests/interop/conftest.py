@@ -373,7 +373,7 @@ WINE10_CLIENT = "claude-code-windows"
 @pytest.fixture(scope="session")
 def wine10(request):
     """support.Wine10 of tests/wine10.sh's chroot (Wine 10, Windows CPython 3.13, claude.exe
-    at the pinned version), set up by the script on first use (about three minutes; later
+    at the pinned version), set up by the script on first use (two and a half minutes; later
     a check of about a second).  Not root: a skip that says so.  A setup that fails is
     skipped loudly like any client's install, and under CI=true fails, unless it could not
     reach Debian's mirror, PyPI or npm: that is the environment's doing, a loud skip as

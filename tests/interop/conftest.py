@@ -136,7 +136,8 @@ class InstallFailed(Exception):
 NETWORK_TROUBLE = re.compile(
     r"ECONNREFUSED|ENOTFOUND|ETIMEDOUT|EAI_AGAIN|ECONNRESET|ENETUNREACH|EHOSTUNREACH|"
     r"Failed to establish a new connection|Temporary failure in name resolution|"
-    r"Name or service not known|Network is unreachable|Read timed out|ProxyError")
+    r"Name or service not known|Network is unreachable|Read timed out|ProxyError|"
+    r"Temporary failure resolving|Could not resolve host|Failed getting release file")
 
 
 def _run_install(argv, cwd, env, log):
@@ -361,3 +362,70 @@ def claude(claude_code, loopback_only, config, daemon, tmp_path):
     version = NPM_CLIENTS["claude-code"][1]
     assert code == 0 and out.startswith(version + " (Claude Code)"), (code, out, err)
     return made
+
+
+# -- Claude Code for Windows, under Wine 10 ---------------------------------------------
+
+WINE10_SCRIPT = HERE.parent / "wine10.sh"
+WINE10_CLIENT = "claude-code-windows"
+
+
+@pytest.fixture(scope="session")
+def wine10(request):
+    """support.Wine10 of tests/wine10.sh's chroot (Wine 10, Windows CPython 3.13, claude.exe
+    at the pinned version), set up by the script on first use (two and a half minutes; later
+    a check of about a second).  Not root: a skip that says so.  A setup that fails is
+    skipped loudly like any client's install, and under CI=true fails, unless it could not
+    reach Debian's mirror, PyPI or npm: that is the environment's doing, a loud skip as
+    for every client of this tier."""
+    from interop.support import Wine10
+    ci = os.environ.get("CI") == "true"
+    if os.geteuid() != 0:
+        reason = "%s needs root (debootstrap, mount, chroot): run the interop tier as root" % (
+            WINE10_SCRIPT.relative_to(HERE.parent.parent))
+        if ci:
+            pytest.fail(reason + " (CI=true requires Claude Code for Windows)")
+        pytest.skip(reason)
+    log = cache_root() / "wine10-setup.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(["bash", str(WINE10_SCRIPT)], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=INSTALL_TIMEOUT)
+        said, code = done.stderr.decode("utf-8", "replace"), done.returncode
+    except (OSError, subprocess.TimeoutExpired) as error:
+        said, code = "%s: %s" % (WINE10_SCRIPT.name, error), None
+    log.write_text(said)
+    if code == 0:
+        return Wine10(done.stdout.decode().strip())
+    lines = [line.strip() for line in said.splitlines() if line.strip()] or ["(no output)"]
+    trouble = [line for line in lines if NETWORK_TROUBLE.search(line)]
+    reason = "%s exited %s: %s (log: %s)" % (WINE10_SCRIPT.relative_to(HERE.parent.parent), code,
+                                              (trouble or lines)[0][:300], log)
+    if ci and not trouble:
+        pytest.fail("INTEROP: %s could not be set up: %s (CI=true requires it)" % (
+            WINE10_CLIENT, reason))
+    skip_loudly(request.config, WINE10_CLIENT, reason)
+
+
+@pytest.fixture
+def claude_windows(wine10, loopback_only, config, daemon, tmp_path):
+    """`claude` (support.WindowsClaude): claude.exe under Wine 10 for a fresh project
+    Workspace, as the prefix's one Windows user with nothing of Claude Code or memprove
+    left from before, its memprove configuration pointing at the test's daemon, inside
+    the loopback-only namespace where one can be made.  One test at a time holds that
+    user (a lock beside the chroot), and its state is cleared again afterwards."""
+    from conftest import make_workspace
+    from interop.support import WindowsClaude
+    with open(str(wine10.bin.parent / ".user.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        wine10.forget_user()
+        try:
+            made = WindowsClaude(make_workspace(tmp_path / "project"), wine10, loopback_only,
+                                 config)
+            code, out, err = made.run("--version")
+            version = NPM_CLIENTS["claude-code"][1]
+            assert code == 0 and out.startswith(version + " (Claude Code)"), (code, out, err)
+            yield made
+        finally:
+            wine10.forget_user()

@@ -12,6 +12,7 @@ assigns it, and the token appears nowhere.
 
 import contextlib
 import json
+import ntpath
 import os
 import shutil
 import subprocess
@@ -24,8 +25,8 @@ from pathlib import Path
 # The main suite's helpers (tests/conftest.py); MODERN_VERSION and schema_errors are also
 # for the tests that import this module.
 from conftest import (
-    EXPECTED_TOOLS, META_CLIENT, META_SERVER, META_VERSION, MODERN_VERSION, check_stdout_line,
-    log_text, parse_log, schema_errors, strict_json)
+    EXPECTED_TOOLS, META_CLIENT, META_SERVER, META_VERSION, MODERN_VERSION, ask_python,
+    check_stdout_line, log_text, parse_log, schema_errors, strict_json)
 
 HERE = Path(__file__).resolve().parent
 TEE = HERE / "mcp_tee.py"
@@ -502,19 +503,26 @@ class Claude:
         self.home = home
         self.bin_dir = bin_dir
         self.prefix = prefix
-        (home / ".claude").mkdir(parents=True)
-        (home / ".claude" / "settings.json").write_text(
-            json.dumps({"enableAllProjectMcpServers": True}))
+        self.approve_project_servers(home / ".claude")
         self.config_dir = home / ".config" / "memprove"
-        self.config_dir.mkdir(parents=True)
-        (self.config_dir / "data-dir").write_text(str(config.data_dir) + "\n")
-        token_file = self.config_dir / "token"
-        fd = os.open(str(token_file), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(config.token + "\n")
+        self.write_memprove_config(str(config.data_dir), config.token)
         self.env = dict(QUIET, PATH=str(bin_dir) + os.pathsep + os.environ.get("PATH", os.defpath),
                         HOME=str(home), LANG="C.UTF-8")
         self.project_dir = project_dir
+
+    @staticmethod
+    def approve_project_servers(claude_dir):
+        """Claude Code's user settings in `claude_dir` (~/.claude), approving .mcp.json."""
+        claude_dir.mkdir(parents=True)
+        (claude_dir / "settings.json").write_text(json.dumps({"enableAllProjectMcpServers": True}))
+
+    def write_memprove_config(self, data_dir, token):
+        """config_dir's data-dir (naming `data_dir` as the server will read it) and token."""
+        self.config_dir.mkdir(parents=True)
+        (self.config_dir / "data-dir").write_text(data_dir + "\n")
+        fd = os.open(str(self.config_dir / "token"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
 
     def run(self, *args, cwd=None, shell=None, timeout=120, env=None, via=()):
         """(exit code, stdout, stderr) of `claude args...` (or of `sh -c shell`); env: more
@@ -547,6 +555,76 @@ class Claude:
             for relay in relays:
                 relay.close()
             shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Claude Code for Windows under Wine 10 (tests/wine10.sh; the `claude_windows` fixture)
+# ---------------------------------------------------------------------------
+
+class Wine10:
+    """tests/wine10.sh's chroot seen from here: its wrappers (`python-win3.13`, `claude`)
+    and the Windows user of its prefix, whose folders are asked of Windows Python."""
+
+    PYTHON = "python-win3.13"
+
+    def __init__(self, bin_dir):
+        self.bin = Path(bin_dir)
+        self.root = self.bin.parent / "sid"             # tests/wine10.sh's layout
+        self.python = self.bin / self.PYTHON
+        (self.executable, self.profile, self.appdata, self.local_appdata,
+         prefix) = json.loads(ask_python(self.python, "__import__('json').dumps([sys.executable] + "
+                                         "[os.environ[name] for name in ('USERPROFILE', 'APPDATA', "
+                                         "'LOCALAPPDATA', 'WINEPREFIX')])"))
+        self.drive_c = self.root / prefix.lstrip("/") / "drive_c"
+
+    def windows(self, path):
+        """`path` as Windows Python names it (Z:\\tmp\\...)."""
+        return ask_python(self.python, "os.path.realpath(sys.argv[1])", str(path))
+
+    def host(self, windows_path):
+        """The file here that a Windows path on C: or Z: names."""
+        drive, rest = ntpath.splitdrive(windows_path)
+        parts = [part for part in rest.split("\\") if part]
+        if drive.upper() == "Z:":
+            return Path("/", *parts)
+        if drive.upper() == "C:":
+            return self.drive_c.joinpath(*parts)
+        raise ValueError("not on C: or Z: %r" % windows_path)
+
+    def user_state(self):
+        """What Claude Code and memprove keep for this Windows user: ~\\.claude and
+        ~\\.claude.json, Claude Code's cache in %LOCALAPPDATA%, %APPDATA%\\memprove."""
+        return [self.host(ntpath.join(self.profile, ".claude")),
+                self.host(ntpath.join(self.profile, ".claude.json")),
+                self.host(ntpath.join(self.local_appdata, "claude-cli-nodejs")),
+                self.host(ntpath.join(self.appdata, "memprove"))]
+
+    def forget_user(self):
+        for path in self.user_state():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(str(path))
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+
+
+class WindowsClaude(Claude):
+    """claude.exe under Wine 10 as a Windows user runs it for the first time: its user
+    settings (%USERPROFILE%\\.claude) approve the project's .mcp.json, and memprove's
+    configuration directory is the one print-config names there, %APPDATA%\\memprove,
+    pointing at the test's daemon (the data directory in Windows form).  The caller
+    holds the prefix's user for the test (`claude_windows`): there is one."""
+
+    def __init__(self, project_dir, wine, prefix, config):
+        self.wine = wine
+        self.home = wine.host(wine.profile)
+        self.bin_dir = wine.bin
+        self.prefix = prefix
+        self.approve_project_servers(self.home / ".claude")
+        self.config_dir = wine.host(ntpath.join(wine.appdata, "memprove"))
+        self.write_memprove_config(wine.windows(config.data_dir), config.token)
+        # No HOME: Wine gives Windows programs none (USERPROFILE is the home there).
+        self.env = dict(QUIET, PATH=os.environ.get("PATH", os.defpath), LANG="C.UTF-8")
+        self.project_dir = project_dir
 
 
 def print_config(pyz, home, cwd):

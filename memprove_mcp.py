@@ -98,14 +98,18 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   posix_files        POSIX owners and permission bits mean something
 #   drive_letters      a file: URI's path may start with /C:/
 #   system_path        the PATH a client started from the Dock gives its servers
+#   socket_tables      where the system lists each socket with its owner (§6
+#                      rule 17), or None where it cannot tell who listens
 PLATFORMS = {
     "linux": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
-              "posix_files": True, "drive_letters": False, "system_path": None},
+              "posix_files": True, "drive_letters": False, "system_path": None,
+              "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6")},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
                "posix_files": True, "drive_letters": False,
-               "system_path": "/usr/bin:/bin:/usr/sbin:/sbin"},
+               "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None},
     "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
-              "posix_files": False, "drive_letters": True, "system_path": None},
+              "posix_files": False, "drive_letters": True, "system_path": None,
+              "socket_tables": None},
 }
 
 
@@ -3410,15 +3414,18 @@ class Answer:
 def peer_owner(connection):
     """The uid that owns the daemon's end of a loopback connection, or None
     where the system does not say.  Linux lists every socket with its owner
-    in /proc/net/tcp and tcp6; the daemon's end is the row whose local
-    address is the one connected to and whose remote address is ours.  A
-    connection made to 127.0.0.1 that a dual-stack listener took shows there
-    in IPv6 form, so both tables are searched for both forms."""
+    in /proc/net/tcp and tcp6 (PLATFORMS' socket_tables); the daemon's end
+    is the row whose local address is the one connected to and whose remote
+    address is ours.  A connection to 127.0.0.1 that a dual-stack listener
+    took is listed in tcp6, in IPv4-mapped form, so both tables are searched."""
+    tables = PLATFORMS[PLATFORM]["socket_tables"]
+    if not tables:
+        return None
     local, peer = connection.getsockname()[:2], connection.getpeername()[:2]
-    for table, address in (("/proc/net/tcp", socket_row_address), ("/proc/net/tcp6", socket_row_address6)):
+    for table, address in zip(tables, (socket_row_address, socket_row_address6)):
         try:
             near, far = address(*peer), address(*local)
-            data = read_regular(table, MAX_BODY)[0]
+            data = read_regular(table, -1)[0]       # the kernel's size: one line a socket
         except (OSError, ValueError):
             continue
         found = data.find((" %s %s " % (near, far)).encode("ascii"))

@@ -495,6 +495,12 @@ WINDOWS_POSIX_ONLY = {
         "file modes: token_file_too_open is never raised on Windows (contract.md §5)",
     "test_no_input.py::test_rule6_links_in_memprove_are_not_followed":
         "POSIX symbolic links and O_NOFOLLOW (Wine shows a Unix link as the file it names)",
+    "test_stress_files.py::test_linked_context_is_unreadable_and_never_followed":
+        "POSIX symbolic links (Wine shows a Unix link as the file it names)",
+    "test_threats.py::test_rule14_a_linked_context_is_unreadable":
+        "POSIX symbolic links (Wine shows a Unix link as the file it names)",
+    "test_fuzz.py::test_memprove_tree_fuzz":
+        "POSIX symbolic links and owners (Wine shows a Unix link as the file it names)",
     "test_no_input.py::test_s2_workspace_path_not_utf8":
         "a path of arbitrary bytes (Windows paths are UTF-16)",
     "test_fuzz.py::test_workspace_path_fuzz": "paths of arbitrary bytes (Windows paths are UTF-16)",

@@ -28,7 +28,7 @@ import traceback
 import pytest
 
 import ledgerd
-from conftest import depth
+from conftest import depth, server_path
 
 fcntl = pytest.importorskip("fcntl")
 
@@ -237,7 +237,7 @@ def test_two_agents_begin_one_open_task_at_once(start_server, daemon, config, wo
     goes on.  Both agents get their Session (one failed 12 times in 15)."""
     from hardening_support import open_task, outcome_of
     from conftest import SAFETY_TIMEOUT
-    root = os.path.realpath(str(workspace))
+    root = server_path(workspace)
     task = open_task(daemon, config.token, root, "Begun twice at once")
     servers = []
     for name in ("alpha", "beta"):
@@ -258,7 +258,7 @@ def test_two_agents_begin_one_open_task_at_once(start_server, daemon, config, wo
     assert results[0][1]["session_id"] != results[1][1]["session_id"]
     statuses = sorted(status for op, status in operations(daemon) if op == "transitionTask")
     assert statuses == [200, 409], operations(daemon)
-    with open(os.path.join(root, ".memprove", "context.json")) as handle:
+    with open(os.path.join(str(workspace), ".memprove", "context.json")) as handle:
         assert json.load(handle)["session"]["id"] in [value["session_id"] for _, value in results]
     for server in servers:
         assert server.close() == 0
@@ -276,7 +276,7 @@ def test_a_refused_transition_to_a_task_that_is_not_active_still_fails(
     `invalid_transition`, its hint naming what was made, and writes no context."""
     from hardening_support import open_task, outcome_of
     from conftest import SAFETY_TIMEOUT
-    root = os.path.realpath(str(workspace))
+    root = server_path(workspace)
     open_task(daemon, config.token, root, "Open until it is not")
     server = start_server(env=config.env())
     server.initialize()

@@ -45,7 +45,7 @@ import pytest
 
 from conftest import (EXPECTED_TOOLS, META_CAPABILITIES, META_CLIENT, META_VERSION,
                       MODERN_VERSION, PROBLEM_CODES, make_workspace, run_cli, schema_errors,
-                      snapshot)
+                      server_file_uri, server_path, snapshot)
 from hardening_support import (FUZZ_EXAMPLES, MAX_LINE, THIRD_UID, Expectation, TokenWatch,
                                check_wire_response, claim_response, hserve, hypothesis_or_fail,
                                id_key, mcp_log, no_internal_error, outcome_of, python_version,
@@ -1057,14 +1057,13 @@ NO_SHRINK = dict(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 # -- the client's answers to roots/list (clients.md; contract.md §6 rule 18) ------------
 
 def _file_uri(path):
-    from urllib.parse import quote
-    return "file://" + quote(str(path))
+    return server_file_uri(path)
 
 
 def _uri_of_length(path, length):
     uri = _file_uri(path)
-    pad = length - len(uri)
-    return _file_uri(str(path) + "/." * (pad // 2) + "/" * (pad % 2))
+    pad = length - len(uri.encode())
+    return uri + "/." * (pad // 2) + "/" * (pad % 2)
 
 
 class RootsWorld:
@@ -1078,13 +1077,16 @@ class RootsWorld:
         self.server, self.elsewhere, self.projects = server, elsewhere, projects
         deep = projects[0] / "a" / "b"
         deep.mkdir(parents=True)
-        # (URI, the start directory it gives or None, the Workspace root that start gives)
-        self.pool = [(_file_uri(p), str(p), str(p)) for p in projects] + [
-            (_file_uri(deep), str(deep), str(projects[0])),
-            ("file://localhost" + _file_uri(projects[1])[len("file://"):], str(projects[1]),
-             str(projects[1])),
-            (_file_uri(elsewhere), str(elsewhere), str(elsewhere)),
-            (_uri_of_length(projects[2], 4096), str(projects[2]), str(projects[2])),
+        # (URI, the start directory it gives or None, the Workspace root that start gives),
+        # paths as the server computes them (under Windows: Z:\...)
+        at = dict((str(path), server_path(path)) for path in list(projects) + [deep, elsewhere])
+        self.here = at[str(elsewhere)]
+        self.pool = [(_file_uri(p), at[str(p)], at[str(p)]) for p in projects] + [
+            (_file_uri(deep), at[str(deep)], at[str(projects[0])]),
+            ("file://localhost" + _file_uri(projects[1])[len("file://"):], at[str(projects[1])],
+             at[str(projects[1])]),
+            (_file_uri(elsewhere), self.here, self.here),
+            (_uri_of_length(projects[2], 4096), at[str(projects[2])], at[str(projects[2])]),
             (_uri_of_length(projects[2], 5000), None, None),
             ("vscode-remote://wsl+Ubuntu" + _file_uri(projects[0])[len("file://"):], None, None),
             ("https://example.com/x", None, None), ("file://remote-host/share/x", None, None),
@@ -1098,7 +1100,7 @@ class RootsWorld:
 
     def expected(self):
         if self.start is None:
-            return str(self.elsewhere), "working directory"
+            return self.here, "working directory"
         return dict((start, root) for _, start, root in self.pool if start)[self.start], "roots"
 
     def changed(self, count):
@@ -1138,7 +1140,7 @@ class RootsWorld:
                 [self.pool[index] for index in picks]
             message["result"] = {"roots": [{"uri": uri} for uri, _, _ in entries]}
             starts = [start for _, start, _ in entries[:1000] if start]
-            holding = [start for start in starts if start == str(self.elsewhere)]
+            holding = [start for start in starts if start == self.here]
             self.start = (holding or starts or [None])[0]
         elif answer[0] == "error":
             message["error"] = {"code": -32601, "message": "Method not found"}

@@ -536,7 +536,8 @@ def test_a_call_during_a_list_changed_storm_is_answered(start_server, elsewhere,
         storming.join(10)
     assert still_storming
     workspace = answer["result"]["structuredContent"]["workspace"]
-    assert (workspace["root"], workspace["found_by"]) == (str(projects[0]), "roots"), workspace
+    assert (workspace["root"], workspace["found_by"]) == (server_path(projects[0]), "roots"), \
+        workspace
     assert server.close() == 0
 
 

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from conftest import SAFETY_TIMEOUT, clean_env, run_cli, snapshot
+from conftest import SAFETY_TIMEOUT, clean_env, run_cli, server_path, snapshot
 from hardening_support import (MALLOC_PLAIN, UserDaemon, UserListener, begun_server, call_tool,
                                hserve, local_users, mcp_log, needs_proc, no_internal_error,
                                peak_kib, read_json, report)
@@ -98,7 +98,7 @@ def test_rule14_a_context_of_another_root_is_foreign(hserve, config, daemon, wor
     write ever reaches the original's Task."""
     there = make(workspace, tmp_path)
     foreign = context_file(there).read_bytes()
-    assert read_json(context_file(there))["workspace"]["root"] != str(there.resolve())
+    assert read_json(context_file(there))["workspace"]["root"] != server_path(there)
     server = hserve(config=config, timeout=5, cwd=there)
     server.initialize()
     since = len(daemon.ops)
@@ -110,7 +110,7 @@ def test_rule14_a_context_of_another_root_is_foreign(hserve, config, daemon, wor
     assert value["context_error"] == "context_foreign", value
     assert (value["task_id"], value["session_id"], value["task"], value["session"]) == \
         (None, None, None, None), value
-    assert value["workspace"]["root"] == str(there.resolve()), value
+    assert value["workspace"]["root"] == server_path(there), value
     for tool in REFUSING_TOOLS:
         code, text = call_tool(server, tool, TOOL_ARGS.get(tool))
         assert (code, text[:len(FOREIGN_TEXT)]) == ("context_foreign", FOREIGN_TEXT), (tool, text)
@@ -122,7 +122,7 @@ def test_rule14_a_context_of_another_root_is_foreign(hserve, config, daemon, wor
     assert FOREIGN_NAME.match(value["moved_aside"]), value
     assert (there / ".memprove" / value["moved_aside"]).read_bytes() == foreign
     context = read_json(context_file(there))
-    assert context["workspace"]["root"] == str(there.resolve()), context
+    assert context["workspace"]["root"] == server_path(there), context
     assert context["task"]["id"] == value["task_id"] != original["task_id"], context
     code, done = call_tool(server, "checkpoint", {"facts": [{"text": "The copy's fact."}]})
     assert code == "ok" and done["task_id"] == value["task_id"], done

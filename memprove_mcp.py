@@ -1175,14 +1175,19 @@ class Roots:
         if self.changed is None:
             return                       # we never asked
         with self.changed:
-            if self.pending is None or message.get("id") != self.PREFIX + str(self.pending):
-                return
-            self.pending = None
+            number = self.pending
+        if number is None or message.get("id") != self.PREFIX + str(number):
+            return
         try:
             start = roots_start_directory(message.get("result"))
         except ValueError:
             start = ABSENT               # an error answer or a malformed one
         with self.changed:
+            if self.pending != number:
+                return                   # a list_changed made it stale meanwhile
+            # Pending until the answer is in force: a waiting call must not
+            # wake between the two and take the previous roots.
+            self.pending = None
             if start is not ABSENT:
                 self.start = start
             self.changed.notify_all()
@@ -3413,27 +3418,85 @@ class Answer:
 
 def peer_owner(connection):
     """The uid that owns the daemon's end of a loopback connection, or None
-    where the system does not say.  Linux lists every socket with its owner
-    in /proc/net/tcp and tcp6 (PLATFORMS' socket_tables); the daemon's end
-    is the row whose local address is the one connected to and whose remote
-    address is ours.  A connection to 127.0.0.1 that a dual-stack listener
-    took is listed in tcp6, in IPv4-mapped form, so both tables are searched."""
+    where the system does not say (PLATFORMS' socket_tables).  Linux answers
+    a sock_diag query for the one socket (what `ss` asks), at the same cost
+    however many sockets the machine holds; where that is refused (an old or
+    sandboxed kernel), the same row is looked for in /proc/net/tcp and tcp6,
+    which list every socket with its owner."""
     tables = PLATFORMS[PLATFORM]["socket_tables"]
     if not tables:
         return None
-    local, peer = connection.getsockname()[:2], connection.getpeername()[:2]
+    # The daemon's end: its local address is the one connected to, its remote ours.
+    near, far = connection.getpeername()[:2], connection.getsockname()[:2]
+    try:
+        return diagnosed_owner(connection.family, near, far)
+    except (OSError, ValueError):
+        pass
     for table, address in zip(tables, (socket_row_address, socket_row_address6)):
         try:
-            near, far = address(*peer), address(*local)
-            data = read_regular(table, -1)[0]       # the kernel's size: one line a socket
+            owner = table_owner(table, " %s %s " % (address(*near), address(*far)))
         except (OSError, ValueError):
             continue
-        found = data.find((" %s %s " % (near, far)).encode("ascii"))
-        if found >= 0:
-            fields = data[found:data.find(b"\n", found)].split()
-            if len(fields) > 6 and fields[6].isdigit():
-                return int(fields[6])
+        if owner is not None:
+            return owner
     return None
+
+
+NETLINK_SOCK_DIAG = 4                 # linux/netlink.h
+SOCK_DIAG_BY_FAMILY = 20              # linux/sock_diag.h
+NOT_FOUND = 2                         # NLMSG_ERROR: the socket is gone, or no such table
+
+
+def diagnosed_owner(family, near, far):
+    """The uid of the TCP socket whose local end is `near` and remote end
+    `far`, from one sock_diag request (struct inet_diag_req_v2; the answer is
+    a struct inet_diag_msg, idiag_uid at byte 64).  None when the kernel has
+    no such socket; OSError or ValueError when it cannot be asked."""
+    import socket
+    import struct
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + \
+        struct.pack("!HH", near[1], far[1]) + raw_address(family, near[0]) + \
+        raw_address(family, far[0]) + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    header = struct.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, 1, 1, 0)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as channel:
+        channel.settimeout(1.0)
+        channel.sendto(header + request, (0, 0))
+        answer = channel.recv(8192)
+    kind = struct.unpack_from("=H", answer, 4)[0]
+    if kind == SOCK_DIAG_BY_FAMILY and len(answer) >= 16 + 72:
+        return struct.unpack_from("=I", answer, 16 + 64)[0]
+    if kind == NOT_FOUND and len(answer) >= 20 and struct.unpack_from("=i", answer, 16)[0] == -2:
+        return None                   # -ENOENT: no such socket now
+    raise ValueError("sock_diag did not answer")
+
+
+def raw_address(family, host):
+    """An address as inet_diag_sockid holds it: 16 bytes, network order."""
+    import socket
+    return socket.inet_pton(family, host).ljust(16, b"\0")
+
+
+def table_owner(table, row):
+    """The uid of the line of /proc/net/tcp(6) that holds `row` (" local remote "),
+    read 64 KiB at a time: a machine may hold tens of thousands of sockets."""
+    wanted, tail = row.encode("ascii"), b""
+    handle, _ = open_regular(table)
+    with handle:
+        while True:
+            chunk = handle.read(65536)
+            if not chunk:
+                return None
+            block = tail + chunk
+            found = block.find(wanted)
+            if found >= 0:
+                while b"\n" not in block[found:]:
+                    more = handle.read(4096)
+                    if not more:
+                        break
+                    block += more
+                fields = block[found:].split(b"\n", 1)[0].split()
+                return int(fields[6]) if len(fields) > 6 and fields[6].isdigit() else None
+            tail = block[-len(wanted):]
 
 
 def socket_row_address(host, port):

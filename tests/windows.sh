@@ -18,7 +18,8 @@
 # interrupted run never leaves a half-made part that a later run would trust.
 #
 # Prints the wrappers' directory.  `tests/windows.sh --remove` stops the prefix's
-# wineserver and deletes the cache (not the wine64 package).
+# wineserver and deletes the cache (not the wine64 package); `--hold` keeps one
+# session until `--stop` (what .ci/run does around its tests).
 # `tests/windows.sh --pythons-only` fetches the interpreters alone (no Wine, no
 # root) and prints the cache's directory, where each is python3.X/python.exe:
 # tests/wine10.sh takes CPython 3.13 from there.
@@ -65,6 +66,20 @@ stop_wineserver() {
 if [ "${1:-}" = "--remove" ]; then
     stop_wineserver
     rm -rf --one-file-system "$CACHE"
+    exit 0
+fi
+
+# A long run (CI) keeps one Wine session from its first test to its last: with
+# --hold the prefix's wineserver stays until --stop, so no start races a session
+# that is shutting down after PERSIST idle seconds (seen once in thousands of
+# starts: python.exe exiting 1 with no output).  The wrappers find it running.
+if [ "${1:-}" = "--hold" ] || [ "${1:-}" = "--stop" ]; then
+    stop_wineserver
+    if [ "$1" = "--hold" ]; then
+        WINEPREFIX="$PREFIX" "$(find_wine_program wineserver64 wineserver)" -p </dev/null >/dev/null 2>&1
+        WINEPREFIX="$PREFIX" WINEDEBUG=-all "$(find_wine_program wine64 wine)" wineboot \
+            </dev/null >/dev/null 2>&1
+    fi
     exit 0
 fi
 

@@ -100,16 +100,21 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   system_path        the PATH a client started from the Dock gives its servers
 #   socket_tables      where the system lists each socket with its owner (§6
 #                      rule 17), or None where it cannot tell who listens
+#   share_modes        a file another process has open cannot be opened or
+#                      replaced for a while: a refusal is waited out, not
+#                      reported (the C runtime's open gives no winerror, so
+#                      a sharing violation is a plain PermissionError there)
 PLATFORMS = {
     "linux": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
               "posix_files": True, "drive_letters": False, "system_path": None,
-              "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6")},
+              "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
                "posix_files": True, "drive_letters": False,
-               "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None},
+               "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None,
+               "share_modes": False},
     "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
               "posix_files": False, "drive_letters": True, "system_path": None,
-              "socket_tables": None},
+              "socket_tables": None, "share_modes": True},
 }
 
 
@@ -3087,16 +3092,18 @@ def replace_file(path, data, deadline):
         raise
 
 
-def while_shared(action, deadline):
+def while_shared(action, deadline, platform=PLATFORM):
     """action(), tried again while Windows refuses it because another process
-    has the file open (WinError 5 or 32: another server reading it, `memprove
-    run`, an editor, a virus scanner), until the deadline."""
+    has the file open (another server reading or replacing it, `memprove run`,
+    an editor, a virus scanner), until the deadline.  os.replace says so with
+    WinError 5 or 32; os.open, through the C runtime, only with EACCES, which
+    there cannot be told from a denial that lasts."""
     pause = 0.001
     while True:
         try:
             return action()
-        except OSError as error:
-            if getattr(error, "winerror", None) not in (5, 32) or time.monotonic() >= deadline:
+        except PermissionError:
+            if not PLATFORMS[platform]["share_modes"] or time.monotonic() >= deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.05)

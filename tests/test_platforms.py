@@ -164,3 +164,39 @@ def test_macos_python_check_names_the_interpreter_a_dock_client_runs(monkeypatch
 ])
 def test_text_a_person_wrote_is_read_as_meant(data):
     assert mp.user_text(data).split("\n")[0].strip() == "tok-123"
+
+
+# -- share modes ---------------------------------------------------------------------
+
+def refused_then(result, refusals):
+    """An action that is refused `refusals` times, as the C runtime's open is while
+    another process renames over the file (a PermissionError with no winerror)."""
+    calls = []
+
+    def action():
+        calls.append(None)
+        if len(calls) <= refusals:
+            raise PermissionError(13, "Permission denied")
+        return result
+    return action, calls
+
+
+def test_windows_waits_out_a_refusal_the_c_runtime_gives_without_a_winerror():
+    action, calls = refused_then("read", 3)
+    assert mp.while_shared(action, mp.time.monotonic() + 60, platform="win32") == "read"
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("platform", ["linux", "darwin"])
+def test_posix_reports_a_refusal_at_once(platform):
+    action, calls = refused_then("read", 1)
+    with pytest.raises(PermissionError):
+        mp.while_shared(action, mp.time.monotonic() + 60, platform=platform)
+    assert len(calls) == 1
+
+
+def test_windows_gives_up_at_the_deadline():
+    action, calls = refused_then("read", 10 ** 9)
+    with pytest.raises(PermissionError):
+        mp.while_shared(action, mp.time.monotonic() + 0.05, platform="win32")
+    assert len(calls) > 1

@@ -100,19 +100,24 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   system_path        the PATH a client started from the Dock gives its servers
 #   socket_tables      where the system lists each socket with its owner (§6
 #                      rule 17), or None where it cannot tell who listens
+#   home               the variable that names the user's home to clients
+#   versioned_python   the command that runs a given Python version
 #   share_modes        a file another process has open cannot be opened or
 #                      replaced for a while: a refusal is waited out, not
 #                      reported (the C runtime's open gives no winerror, so
 #                      a sharing violation is a plain PermissionError there)
 PLATFORMS = {
     "linux": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
+              "home": "HOME", "versioned_python": "python{0}",
               "posix_files": True, "drive_letters": False, "system_path": None,
               "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
+               "home": "HOME", "versioned_python": "python{0}",
                "posix_files": True, "drive_letters": False,
                "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None,
                "share_modes": False},
     "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
+              "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
               "socket_tables": None, "share_modes": True},
 }
@@ -551,7 +556,9 @@ CLIENTS = {
     "goose": client(
         "yaml", goose_entry, "{user}",
         user_files={"posix": (("xdg", ("goose", "config.yaml"), ()),),
-                    "win32": (("appdata", ("Block", "goose", "config", "config.yaml"), ()),)}),
+                    # etcetera's Windows strategy: <home>\AppData\Roaming, whatever %APPDATA% says.
+                    "win32": (("home", ("AppData", "Roaming", "Block", "goose", "config",
+                                        "config.yaml"), ()),)}),
 }
 CLIENT_NAMES = tuple(CLIENTS)          # the order of spec/clients.md (dicts keep it)
 
@@ -572,7 +579,7 @@ def place_path(base, parts, environ, root, platform=PLATFORM):
 
 def home_directory(environ, platform=PLATFORM):
     """The user's home as clients find it: %USERPROFILE% on Windows, $HOME elsewhere."""
-    return environ.get("USERPROFILE" if platform == "win32" else "HOME") or os.path.expanduser("~")
+    return environ.get(PLATFORMS[platform]["home"]) or os.path.expanduser("~")
 
 
 def xdg_config_home(environ, platform=PLATFORM):
@@ -2337,7 +2344,8 @@ class Call:
         if self.workspace.problem:
             raise Problem(self.workspace.problem)
         if self._context is None:
-            self._context = read_context(self.root)
+            # A share-mode refusal is waited out as long as a write would wait.
+            self._context = read_context(self.root, time.monotonic() + self.timeout())
         return self._context
 
     def context(self):
@@ -2822,12 +2830,16 @@ def is_link(status):
     return stat.S_ISLNK(status.st_mode) or bool(getattr(status, "st_file_attributes", 0) & 0x400)
 
 
-def read_context(root):
+def read_context(root, deadline=None):
     """Return (context, None): an empty context when the file is missing; or
     ({}, Problem) when it cannot be used: context_unreadable when it is not a
     version-1 context (with a hint when a link or a wrong file type in
     `.memprove/` is the reason), context_foreign when it names another
-    Workspace's root."""
+    Workspace's root.  Where another process has the file open, the read is
+    tried again until `deadline` (a writer's, under the lock: a refusal that
+    outlasts a reader's short wait must not make `begin` move a sound file
+    aside; a call's, as long as its writes would wait) or for SHARED_READ_WAIT
+    seconds (doctor, which promises an answer in time)."""
     unsafe = unsafe_context_directory(root)
     if unsafe:
         return {}, Problem("context_unreadable", unsafe)
@@ -2837,7 +2849,7 @@ def read_context(root):
             # §6 rule 14: a link can make two Workspaces share one context.
             return {}, Problem("context_unreadable", "The file context.json is a link.")
         data = while_shared(lambda: read_regular(path, MAX_CONTEXT_FILE + 1, follow=False)[0],
-                            time.monotonic() + SHARED_READ_WAIT)
+                            deadline or time.monotonic() + SHARED_READ_WAIT)
     except FileNotFoundError:
         return {"version": 1, "task": None, "session": None}, None
     except (OSError, ValueError):
@@ -3023,7 +3035,7 @@ def update_context(root, change, timeout=DEFAULT_TIMEOUT):
             if unsafe:
                 raise OSError(unsafe)
             remove_stale_temporaries(directory)
-            replacement = change(*read_context(root))
+            replacement = change(*read_context(root, deadline))
             if replacement is not None:
                 # ASCII JSON: a lone surrogate an agent sent is written as its \\u escape.
                 import json
@@ -3035,8 +3047,9 @@ def update_context(root, change, timeout=DEFAULT_TIMEOUT):
 
 
 TEMPORARY_PREFIX = ".context."
-# Seconds a reader waits while Windows refuses to open a context.json that
-# another process is renaming over (a writer's rename takes milliseconds).
+# Seconds a reader with no deadline of its own (doctor) waits while Windows
+# refuses to open a context.json another process is renaming over (a
+# writer's rename takes milliseconds).
 SHARED_READ_WAIT = 2.0
 NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW | getattr(os, "O_BINARY", 0)
@@ -3438,12 +3451,16 @@ def peer_owner(connection):
     try:
         return diagnosed_owner(connection.family, near, far)
     except (OSError, ValueError):
-        pass
+        return tables_owner(tables, near, far)
+
+
+def tables_owner(tables, near, far):
+    """The uid /proc/net/tcp or tcp6 gives the socket from `near` to `far`, or None."""
     for table, address in zip(tables, (socket_row_address, socket_row_address6)):
         try:
             owner = table_owner(table, " %s %s " % (address(*near), address(*far)))
         except (OSError, ValueError):
-            continue
+            continue                  # no such table, or no IPv4 form of the address
         if owner is not None:
             return owner
     return None
@@ -4101,7 +4118,7 @@ SHELLS = {
         "mkdir": "New-Item -ItemType Directory -Force -Path {path}",
         "private": None,                               # no POSIX modes: nothing to fix
         "move": "Move-Item -LiteralPath {path} -Destination {target}",
-        "write": "Set-Content -Path {path} -Value {value}",
+        "write": "Set-Content -LiteralPath {path} -Value {value} -Encoding utf8",
         "examples": {"token": "C:\\path\\to\\your\\memprove\\token",
                      "data_dir": "C:\\path\\to\\the\\daemons\\data-dir",
                      "project": "C:\\path\\to\\your\\project"},
@@ -4151,7 +4168,7 @@ def check_python(found):
         interpreter_origin(found), globals().get("BYTECODE_ORIGIN") or "source")
     if sys.version_info[:2] > NEWEST_TESTED:
         newest = "%d.%d" % NEWEST_TESTED
-        python = "py -%s" % newest if found["platform"] == "win32" else "python" + newest
+        python = PLATFORMS[found["platform"]]["versioned_python"].format(newest)
         return ("warn", None, detail + ", newer than the newest this release was tested on (%s)"
                 % newest, doctor_command(found, "mcp", "print-config", "--python", python=python))
     return "ok", None, detail, None

@@ -590,10 +590,11 @@ VICTIM_UID, OTHER_UID, THIRD_UID = 54321, 54322, 54323
 
 
 def needs_root(why):
-    """Skip, saying why, unless the tests run as root (CI does)."""
+    """Skip, saying why, unless the tests run as root (CI does; under CI=true a run
+    that is not root fails here instead)."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip("needs root to %s: the test runs processes as other uids (%d-%d); run it "
-                    "as root, as CI does" % (why, VICTIM_UID, THIRD_UID))
+        skip_or_fail("needs root to %s: the test runs processes as other uids (%d-%d); run it "
+                     "as root, as CI does" % (why, VICTIM_UID, THIRD_UID))
 
 
 def chown_tree(path, uid, gid):

@@ -274,7 +274,7 @@ def large_capsule(seed, size, unclean_rate):
             "claims": claims, "runs": runs, "ledger": {"entries": 9, "head": "ab" * 32}}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=depth(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2 ** 32), size=st.integers(0, 700),
        unclean_rate=st.sampled_from([0.0, 0.002, 0.05, 0.5]),
        budget=st.one_of(st.integers(0, 60000), st.just(10 ** 9)),
@@ -288,7 +288,7 @@ def test_render_pack_agrees_on_large_capsules(seed, size, unclean_rate, budget, 
     assert result["claims_shown"] == claims_shown
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=depth(1000), deadline=None, suppress_health_check=list(HealthCheck))
 @given(values=st.lists(st.one_of(st.sampled_from(CLEAN), st.sampled_from(UNCLEAN), texts(12), odd_value),
                        max_size=600))
 def test_folding_in_bulk_agrees_with_pack_md(values):

@@ -84,13 +84,32 @@ def test_xdg_config_home_moves_the_files_of_the_clients_that_read_it():
     ("claude-code", ("C:\\Users\\ana", ".claude.json")),
     ("vscode", ("C:\\Users\\ana\\AppData\\Roaming", "Code", "User", "mcp.json")),
     ("zed", ("C:\\Users\\ana\\AppData\\Roaming", "Zed", "settings.json")),
-    ("goose", ("C:\\Users\\ana\\AppData\\Roaming", "Block", "goose", "config", "config.yaml")),
+    ("goose", ("C:\\Users\\ana", "AppData", "Roaming", "Block", "goose", "config", "config.yaml")),
     ("opencode", ("C:\\Users\\ana", ".config", "opencode", "opencode.json")),
     ("cline", ("C:\\Users\\ana", ".cline", "data", "settings", "cline_mcp_settings.json")),
 ])
 def test_user_files_on_windows(client, parts):
     # os.path.join is this machine's: compare the pieces, not the separators.
     assert user_file(client, "win32") == os.path.join(*parts)
+
+
+def test_goose_follows_the_profile_where_vscode_follows_appdata():
+    """client-paths.md: goose's Windows strategy is <home>\\AppData\\Roaming (the Rust
+    home crate: %USERPROFILE%), VS Code's and Zed's is %APPDATA%; they differ only
+    where %APPDATA% was moved."""
+    environ = dict(ENVIRON, APPDATA="D:\\Roaming")
+    assert user_file("goose", "win32", environ) == os.path.join(
+        "C:\\Users\\ana", "AppData", "Roaming", "Block", "goose", "config", "config.yaml")
+    assert user_file("vscode", "win32", environ) == os.path.join(
+        "D:\\Roaming", "Code", "User", "mcp.json")
+
+
+def test_home_and_versioned_python_per_platform():
+    environ = {"HOME": "/home/ana", "USERPROFILE": "C:\\Users\\ana"}
+    assert mp.home_directory(environ, "win32") == "C:\\Users\\ana"
+    assert mp.home_directory(environ, "darwin") == "/home/ana"
+    assert mp.PLATFORMS["win32"]["versioned_python"].format("3.13") == "py -3.13"
+    assert mp.PLATFORMS["linux"]["versioned_python"].format("3.13") == "python3.13"
 
 
 def test_codex_home_moves_codex_on_every_platform():
@@ -129,6 +148,8 @@ def test_powershell_fix_lines():
     assert mp.fix(found, "unset", name="MEMPROVE_TOKEN") == "Remove-Item Env:MEMPROVE_TOKEN"
     assert mp.fix(found, "mkdir", path="C:\\Users\\o'b\\memprove") == \
         "New-Item -ItemType Directory -Force -Path 'C:\\Users\\o''b\\memprove'"
+    assert mp.fix(found, "write", path="C:\\[x]\\data-dir", value="C:\\d") == \
+        "Set-Content -LiteralPath 'C:\\[x]\\data-dir' -Value 'C:\\d' -Encoding utf8"
     assert mp.fix(found, "move", path="C:\\a b\\context.json", target="C:\\a b\\context.json.bad") \
         == "Move-Item -LiteralPath 'C:\\a b\\context.json' -Destination 'C:\\a b\\context.json.bad'"
     assert mp.SHELLS["powershell"]["private"] is None                 # no chmod on Windows
@@ -196,7 +217,31 @@ def test_posix_reports_a_refusal_at_once(platform):
 
 
 def test_windows_gives_up_at_the_deadline():
-    action, calls = refused_then("read", 10 ** 9)
+    action, calls = refused_then("read", 1)
     with pytest.raises(PermissionError):
-        mp.while_shared(action, mp.time.monotonic() + 0.05, platform="win32")
-    assert len(calls) > 1
+        mp.while_shared(action, mp.time.monotonic() - 1, platform="win32")   # passed already
+    assert len(calls) == 1
+
+
+def test_the_module_tests_the_platform_in_one_place():
+    """contract.md §5: platform differences live in PLATFORMS (and, for a client's
+    files, in its CLIENTS row), so no section tests os.name or sys.platform, or
+    compares a platform name, on its own."""
+    import ast
+    tree = ast.parse(Path(mp.__file__).read_text(encoding="utf-8"))
+    allowed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "platform_name":
+            allowed.update(id(inner) for inner in ast.walk(node))
+    offenders = []
+    for node in ast.walk(tree):
+        if id(node) in allowed:
+            continue
+        if isinstance(node, ast.Attribute) and (node.attr, getattr(node.value, "id", None)) in (
+                ("name", "os"), ("platform", "sys")):
+            offenders.append(node.lineno)
+        if isinstance(node, ast.Compare) and any(
+                isinstance(part, ast.Constant) and part.value in mp.PLATFORMS
+                for part in [node.left] + node.comparators):
+            offenders.append(node.lineno)
+    assert not offenders, "platform tested outside PLATFORMS at lines %s" % offenders

@@ -2,7 +2,7 @@
 the functions of memprove_mcp.py's section 9 called directly, against a
 literal reading of the rule (a line holds one run, a line over 64 KiB is
 skipped unread, a torn or foreign line is skipped), at every chunk boundary.
-The end-to-end figures (seconds for 100 MiB, memory) are in test_threats.py.
+The end-to-end figures (seconds for 64 MiB, memory) are in test_threats.py.
 """
 
 import io
@@ -16,6 +16,7 @@ from hypothesis import given, settings, strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import memprove_mcp as mp  # noqa: E402
+from conftest import depth  # noqa: E402
 
 
 def literal_lines(data):
@@ -37,13 +38,13 @@ def check_literal(lines, trailing_newline, chunk_size):
     assert list(mp.labelled_lines(io.BytesIO(data), chunk_size)) == literal_lines(data)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=depth(1000), deadline=None)
 @given(st.lists(SHORT_LINE, max_size=12), st.booleans(), st.integers(1, 9))
 def test_every_chunk_boundary_reads_the_literal_lines(lines, trailing_newline, chunk_size):
     check_literal(lines, trailing_newline, chunk_size)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=depth(300), deadline=None)
 @given(st.lists(st.one_of(SHORT_LINE, LONG_LINE), max_size=8), st.booleans(),
        st.sampled_from([4096, mp.MAX_RUN_LINE, mp.MAX_RUN_LINE + 1, 1 << 20]))
 def test_long_lines_are_skipped_whole_at_any_chunk_size(lines, trailing_newline, chunk_size):

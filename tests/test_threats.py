@@ -503,3 +503,59 @@ def test_rule17_only_the_owner_of_daemon_json_gets_the_token(local_users, start_
     else:
         assert code == "daemon_address_refused" and REFUSED_HINT in text, text
         assert sent == b"", "another owner's listener received %r" % received
+
+
+# -- rule 17's two ways of asking who owns a socket --------------------------------
+# The server asks sock_diag first and reads /proc/net/tcp(6) where that is refused:
+# both are asked here of one real connection, so the fallback is held to the same
+# answer on a machine whose kernel answers sock_diag.
+
+import memprove_mcp as mp  # noqa: E402
+
+
+@pytest.fixture(params=["127.0.0.1", "::1"])
+def connection(request):
+    """(the connection's far end as the server sees it, its near end) on loopback."""
+    if not mp.PLATFORMS[mp.PLATFORM]["socket_tables"]:
+        pytest.skip("this platform lists no socket owners (PLATFORMS' socket_tables)")
+    loopback_or_skip(request.param)
+    family = socket.AF_INET6 if ":" in request.param else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as listener:
+        listener.bind((request.param, 0))
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname()[:2])
+        accepted, _ = listener.accept()
+        try:
+            yield family, client.getpeername()[:2], client.getsockname()[:2]
+        finally:
+            accepted.close()
+            client.close()
+
+
+def test_rule17_sock_diag_and_the_proc_tables_name_the_same_owner(connection):
+    family, near, far = connection
+    try:
+        diagnosed = mp.diagnosed_owner(family, near, far)
+    except (OSError, ValueError) as error:
+        diagnosed = error                   # refused here: the tables alone are checked
+    listed = mp.tables_owner(mp.PLATFORMS[mp.PLATFORM]["socket_tables"], near, far)
+    assert listed == os.geteuid(), listed
+    assert diagnosed == os.geteuid() or isinstance(diagnosed, Exception), diagnosed
+    # A connection that is not there is no one's, in either.
+    gone = (near[0], far[1])
+    assert mp.tables_owner(mp.PLATFORMS[mp.PLATFORM]["socket_tables"], gone, far) is None
+
+
+@pytest.mark.parametrize("offset", [0, 65536 - 40, 65536 - 5, 65536, 3 * 65536 + 17])
+def test_rule17_a_row_across_a_read_boundary_is_found(tmp_path, offset):
+    """table_owner reads 64 KiB at a time: the row it looks for may start, or be cut,
+    anywhere, and the uid after it may lie in the next read."""
+    header = b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
+    row = b"   7: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000  4321 0 99\n"
+    filler = b"   1: 00000000:0000 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1 0 1\n"
+    # Whole lines before the row, as many as start it at or just before `offset`.
+    before = header + filler * max(0, (offset - len(header)) // len(filler))
+    table = tmp_path / "tcp"
+    table.write_bytes(before + row + filler * 3)
+    assert mp.table_owner(str(table), " 0100007F:1F90 0100007F:C350 ") == 4321
+    assert mp.table_owner(str(table), " 0100007F:1F91 0100007F:C350 ") is None

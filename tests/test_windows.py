@@ -170,7 +170,7 @@ try:
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
 except OSError as error:
-    report = {"error": repr(error)}
+    report = {"error": repr(error), "winerror": getattr(error, "winerror", None)}
 else:
     out, err = process.communicate((line + "\n").encode("utf-8"), timeout=120)
     report = {"returncode": process.returncode, "stdout": out.decode("utf-8", "replace"),
@@ -233,6 +233,17 @@ def test_every_printed_entry_starts_through_createprocess(win, plain_pyz, make_e
     assert report["returncode"] == 0, report
     assert command == win.executable
     assert args[:3] == [win.path(plain_pyz), "mcp", "serve"], args
+
+
+def test_the_pyz_as_the_command_is_no_program_on_windows(win, plain_pyz, make_env, workspace,
+                                                        tmp_path):
+    """The control: the same entry with the .pyz as its command, as the POSIX form
+    is written, fails in CreateProcess (WinError 193), as it does on Windows."""
+    done = print_config(win, plain_pyz, [], make_env({
+        "MEMPROVE_CONFIG_DIR": win.path(tmp_path / "config")}), workspace)
+    _, args, env = entry_parts("claude-code", parse("claude-code", done.stdout))
+    report = launch(win, workspace, args[0], args[1:], env)
+    assert report.get("winerror") == 193, report
 
 
 # ---------------------------------------------------------------------------
@@ -471,7 +482,8 @@ WINDOWS_FILES = {
     "vscode": (r"{root}\.vscode\mcp.json", r"{appdata}\Code\User\mcp.json"),
     "windsurf": (r"{profile}\.codeium\windsurf\mcp_config.json",),
     "zed": (r"{root}\.zed\settings.json", r"{appdata}\Zed\settings.json"),
-    "goose": (r"{appdata}\Block\goose\config\config.yaml",),
+    # goose's etcetera takes the profile, not %APPDATA% (equal on a default setup).
+    "goose": (r"{profile}\AppData\Roaming\Block\goose\config\config.yaml",),
 }
 
 
@@ -551,6 +563,51 @@ def test_begin_and_end_while_another_process_holds_the_context_open(win, win_ser
         holder.expect("released")
         assert holder.proc.wait(SAFETY_TIMEOUT) == 0
     assert sound_context(context)["session"]["number"] == 3
+    assert server.close() == 0
+
+
+# Holds context.json open sharing nothing (as some editors and scanners open a file):
+# while it does, no one can even read the file.  The hold outlasts a bare reader's
+# short wait (SHARED_READ_WAIT, 2 s): that length is the situation under test.
+EXCLUSIVE = r'''
+import ctypes, sys, time
+from ctypes import wintypes
+create = ctypes.windll.kernel32.CreateFileW
+create.restype = wintypes.HANDLE
+create.argtypes = [wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, wintypes.LPVOID,
+                   wintypes.DWORD, wintypes.DWORD, wintypes.HANDLE]
+handle = create(sys.argv[1], 0x80000000, 0, None, 3, 0x80, None)  # GENERIC_READ, no sharing
+assert handle not in (None, wintypes.HANDLE(-1).value), ctypes.GetLastError()
+sys.stdout.write("held\n")
+sys.stdout.flush()
+time.sleep(float(sys.argv[2]))
+ctypes.windll.kernel32.CloseHandle(wintypes.HANDLE(handle))
+sys.stdout.write("released\n")
+sys.stdout.flush()
+'''
+EXCLUSIVE_SECONDS = 3
+
+
+def test_begin_while_another_process_denies_even_reading_the_context(win, win_server, daemon,
+                                                                     workspace, tmp_path,
+                                                                     helpers):
+    """A refusal to read context.json that lasts past a bare reader's wait is waited out
+    as long as the call's writes would wait (MEMPROVE_TIMEOUT): `begin` with no
+    arguments continues the context's Task, its parent the open Session, and nothing
+    is moved aside as unreadable."""
+    server = win_server()
+    server.initialize()
+    ok(server.call("begin", {"new_task": "Locked away"}))
+    context, _ = memprove_paths(workspace)
+    holder = Helper(win, tmp_path, "exclusive", EXCLUSIVE, win.path(context), EXCLUSIVE_SECONDS)
+    helpers.append(holder)
+    holder.expect("held")
+    begun = ok(server.call("begin", {}))
+    holder.expect("released")
+    assert begun["session"]["number"] == 2 and begun["session"]["parent"] == 1, begun
+    assert "moved_aside" not in begun, begun
+    assert sorted(path.name for path in context.parent.glob("context.json*")) == ["context.json"]
+    assert sound_context(context)["session"]["number"] == 2
     assert server.close() == 0
 
 

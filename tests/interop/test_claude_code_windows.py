@@ -117,6 +117,29 @@ def test_windows_claude_code_connects_with_print_config(claude_windows, windows_
     assert CONNECTED_LIST.search(out), story
 
 
+def test_windows_claude_code_keeps_user_servers_where_print_config_says(claude_windows,
+                                                                       windows_pyz):
+    """research/client-paths.md left Claude Code's Windows user file unconfirmed
+    (%USERPROFILE%\\.claude.json assumed): `claude mcp add --scope user` with the printed
+    entry writes it there, the file print-config's standard-error line names, and
+    `claude mcp get` reads it back from there, Connected."""
+    claude = claude_windows
+    stdout, stderr = windows_print_config(claude, windows_pyz)
+    entry = check_printed_entry(claude, windows_pyz, stdout, stderr)
+    user_file = ntpath.join(claude.wine.profile, ".claude.json")
+    assert "or in %s (local or user scope)" % user_file in stderr, stderr
+    code, out, story = claude_says(claude, "mcp", "add", "--scope", "user", "-e",
+                                   "MEMPROVE_CONFIG_DIR=" + entry["env"]["MEMPROVE_CONFIG_DIR"],
+                                   "memprove", "--", entry["command"], *entry["args"])
+    assert code == 0, story
+    written = json.loads(claude.wine.host(user_file).read_text(encoding="utf-8"))
+    kept = written["mcpServers"]["memprove"]
+    assert (kept["command"], kept["args"], kept["env"]) == (
+        entry["command"], entry["args"], entry["env"]), kept
+    code, out, story = claude_says(claude, "mcp", "get", "memprove")
+    assert code == 0 and CONNECTED_GET in out and "Scope: User config" in out, story
+
+
 # ---------------------------------------------------------------------------
 # A whole session
 # ---------------------------------------------------------------------------

@@ -995,6 +995,15 @@ def summarize(lines):
     for case in by_test.get("roots_storm_memory", []):
         summary.update(roots_storm_notifications=case["notifications"],
                        roots_storm_growth_kib=case["growth_kib"])
+    for case in by_test.get("roots_stray_answer", []):
+        summary["roots_stray_answer_seconds_%s" % case["which"]] = case["seconds_to_ping"]
+    for case in by_test.get("roots_many", []):
+        summary.update(roots_many=case["roots"], roots_many_seconds=case["seconds"])
+    races = [r for name, cases in by_test.items() if name.startswith("bytecode cache: ")
+             for r in cases]
+    if races:
+        summary.update(bytecode_race_starts=sum(r["starts"] for r in races),
+                       bytecode_race_attacker_runs=sum(r["attacker_runs"] for r in races))
     summary["roots_cases_fuzzed"] = sum(r["cases"] for r in by_test.get("roots_fuzz", []))
     summary["memprove_trees_fuzzed"] = sum(r["cases"] for r in by_test.get("memprove_tree_fuzz", []))
     summary["client_files_fuzzed"] = sum(sum(r["runs"].values())

@@ -394,6 +394,21 @@ def test_workspace_reports_context_and_runs(doctor, daemon, config, workspace):
                                "Session 7, 2 runs in runs.jsonl" % workspace.resolve())
 
 
+def test_a_runs_file_of_newlines_keeps_doctors_promise(doctor, daemon, workspace):
+    """§6 rule 16: doctor counts the runs a line at a time, blank lines as cheap as any
+    (2 MiB of newlines made it overrun its promise): 16 MiB of them between two runs,
+    and doctor answers within MEMPROVE_TIMEOUT plus a second, counting both."""
+    from test_threats import append_filler
+    path = workspace / ".memprove" / "runs.jsonl"
+    path.write_text('{"label": "r1", "id": "a"}\n')
+    append_filler(path, b"\n", 16 << 20)
+    with open(str(path), "ab") as handle:
+        handle.write(b'{"label": "r2", "id": "b"}\n')
+    outcome = within_its_promise(doctor)
+    assert outcome.status("workspace") == "ok", outcome.out
+    assert outcome["workspace"]["detail"].endswith(", 2 runs in runs.jsonl"), outcome.out
+
+
 def test_workspace_from_option_and_project_dir(doctor, daemon, workspace, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

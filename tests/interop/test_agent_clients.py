@@ -722,7 +722,7 @@ def test_amp_mcp_doctor(make_agent, endpoint_in, place):
     endpoint = endpoint_in("openai-chat", Script([], marker="MEMPROVE-AMP"))
     agent = make_agent("amp", env={"AMP_API_KEY": "x", "AMP_URL": endpoint.url})
     stdout, stderr = agent.print_config()
-    assert "~/.config/amp/settings.json" in stderr, stderr
+    assert str(agent.home / ".config" / "amp" / "settings.json") in stderr, stderr   # never ~/
     assert str(agent.project / ".amp" / "settings.json") in stderr, stderr
     if place == "user":
         agent.write(agent.home / ".config" / "amp" / "settings.json", stdout)   # as printed

@@ -128,9 +128,10 @@ def test_windows_claude_code_keeps_user_servers_where_print_config_says(claude_w
     entry = check_printed_entry(claude, windows_pyz, stdout, stderr)
     user_file = ntpath.join(claude.wine.profile, ".claude.json")
     assert "or in %s (local or user scope)" % user_file in stderr, stderr
-    code, out, story = claude_says(claude, "mcp", "add", "--scope", "user", "-e",
+    # -e takes every word up to the next option: the name goes before it.
+    code, out, story = claude_says(claude, "mcp", "add", "--scope", "user", "memprove", "-e",
                                    "MEMPROVE_CONFIG_DIR=" + entry["env"]["MEMPROVE_CONFIG_DIR"],
-                                   "memprove", "--", entry["command"], *entry["args"])
+                                   "--", entry["command"], *entry["args"])
     assert code == 0, story
     written = json.loads(claude.wine.host(user_file).read_text(encoding="utf-8"))
     kept = written["mcpServers"]["memprove"]

@@ -4,7 +4,6 @@ daemon running, stopped, absent, revoking the token, or hanging; `--json`; exit
 statuses 0, 1 and 2; one `listTasks` and nothing else sent; no file written; the
 token on neither output stream, in either format."""
 
-import http.client
 import json
 import os
 import re
@@ -14,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 import zipfile
 from pathlib import Path
 

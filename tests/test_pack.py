@@ -6,7 +6,6 @@ counted here with the local helper ``u16`` (not the module's ``utf16_len``).
 """
 
 import json
-import os
 import sys
 import unicodedata
 from pathlib import Path

@@ -11,8 +11,7 @@ import signal
 
 import pytest
 
-from conftest import (EXPECTED_TOOLS, LEGACY_VERSIONS, META_CAPABILITIES, META_CLIENT,
-                      META_SERVER, META_VERSION, MODERN_VERSION, READ_TOOLS, SAFETY_TIMEOUT,
+from conftest import (EXPECTED_TOOLS, LEGACY_VERSIONS, META_CAPABILITIES, META_SERVER, META_VERSION, MODERN_VERSION, READ_TOOLS, SAFETY_TIMEOUT,
                       WRITE_TOOLS, initialize_params, log_text, make_workspace, modern_meta,
                       modern_params, schema_errors, schema_keyword_problems, server_path)
 

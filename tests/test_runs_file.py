@@ -10,7 +10,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

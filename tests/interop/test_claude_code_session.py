@@ -262,6 +262,20 @@ def files_under(root, skip):
             yield path
 
 
+def headless(claude, daemon, script, prompt, env=()):
+    """`claude -p prompt` (stream-json) against a scripted Anthropic endpoint, the
+    endpoint's and the daemon's ports reachable from where claude runs, only memprove's
+    tools allowed: (the endpoint, exit code, stdout, stderr)."""
+    with Endpoint("anthropic", script) as endpoint, \
+            claude.reaching(urlsplit(endpoint.url).port, urlsplit(daemon.url).port) as via:
+        code, out, err = claude.run(
+            "-p", prompt, "--output-format", "stream-json", "--verbose",
+            "--allowedTools", "mcp__memprove__*", via=via, timeout=600,
+            env=dict(env, ANTHROPIC_BASE_URL=endpoint.url,
+                     ANTHROPIC_API_KEY="sk-ant-dummy-" + secrets.token_hex(8)))
+    return endpoint, code, out, err
+
+
 def test_a_whole_claude_code_session(claude, pyz, daemon, config, server_version, tmp_path):
     stdout, _ = print_config(pyz, claude.home, claude.project_dir)
     (claude.project_dir / ".mcp.json").write_bytes(stdout)          # exactly what it printed
@@ -270,15 +284,9 @@ def test_a_whole_claude_code_session(claude, pyz, daemon, config, server_version
     day = Day(daemon, config, claude.project_dir)
     script = day.script()
     started = utc_now()
-    prompt = "%s: resume the upload work with memprove and finish the day." % day.marker
-    with Endpoint("anthropic", script) as endpoint, \
-            claude.reaching(urlsplit(endpoint.url).port, urlsplit(daemon.url).port) as via:
-        code, out, err = claude.run(
-            "-p", prompt, "--output-format", "stream-json", "--verbose",
-            "--allowedTools", "mcp__memprove__*", via=via, timeout=600,
-            env={"ANTHROPIC_BASE_URL": endpoint.url,
-                 "ANTHROPIC_API_KEY": "sk-ant-dummy-" + secrets.token_hex(8),
-                 "PATH": str(shim) + ":" + claude.env["PATH"]})
+    endpoint, code, out, err = headless(
+        claude, daemon, script, "%s: resume the upload work with memprove and finish the day."
+        % day.marker, {"PATH": str(shim) + ":" + claude.env["PATH"]})
     finished = utc_now()
     endpoint.recorder.dump(tmp_path / "endpoint.jsonl")
     conns = connections(wire)

@@ -24,22 +24,20 @@ ports into it.
    configuration directory and nowhere else.
 """
 
-import datetime
 import json
 import ntpath
 import os
 import re
-import secrets
 import shutil
 import subprocess
-from urllib.parse import urlsplit
 
 import pytest
 
 from conftest import EXPECTED_TOOLS, SAFETY_TIMEOUT
-from interop.model_endpoint import Endpoint, Script
+from interop.model_endpoint import Script
 from interop.test_claude_code_session import (
-    PREFIX, Day, assert_not_preview, assert_pack_text, ledger_ops, model_text, received)
+    PREFIX, Day, assert_not_preview, assert_pack_text, headless, ledger_ops, model_text, received,
+    utc_now)
 
 CONNECTED_LIST = re.compile(r"^memprove: (.*) - \u221a Connected$", re.M)
 CONTROL_FAILED = re.compile(r"^memprove-pyz: (.*) - \u00d7 Failed to connect\b", re.M)
@@ -167,10 +165,6 @@ class WindowsDay(Day):
         return Script(self.steps, marker=self.marker)
 
 
-def utc_now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def test_a_whole_windows_claude_code_session(claude_windows, windows_pyz, daemon, config,
                                              tmp_path):
     claude = claude_windows
@@ -181,14 +175,8 @@ def test_a_whole_windows_claude_code_session(claude_windows, windows_pyz, daemon
     day = WindowsDay(daemon, config, claude.project_dir)
     script = day.script()
     started = utc_now()
-    prompt = "%s: resume the upload work with memprove." % day.marker
-    with Endpoint("anthropic", script) as endpoint, \
-            claude.reaching(urlsplit(endpoint.url).port, urlsplit(daemon.url).port) as via:
-        code, out, err = claude.run(
-            "-p", prompt, "--output-format", "stream-json", "--verbose",
-            "--allowedTools", "mcp__memprove__*", via=via, timeout=600,
-            env={"ANTHROPIC_BASE_URL": endpoint.url,
-                 "ANTHROPIC_API_KEY": "sk-ant-dummy-" + secrets.token_hex(8)})
+    endpoint, code, out, err = headless(
+        claude, daemon, script, "%s: resume the upload work with memprove." % day.marker)
     finished = utc_now()
     endpoint.recorder.dump(tmp_path / "endpoint.jsonl")
     story = "claude exit %d\nstderr:\n%s\nstdout (end):\n%s\nendpoint (in full: %s):\n%s" % (

@@ -29,15 +29,7 @@ MOUNTS=(/tmp /proc /dev)
 
 say() { echo "tests/pythons.sh: $*" >&2; }
 
-# /proc/mounts writes a space in a mount point as \040.
-mounted() { awk -v want="${1// /\\040}" '$2 == want { found = 1 } END { exit !found }' /proc/mounts; }
-
-unmount_all() {
-    local root="$1" point
-    for point in "${MOUNTS[@]}"; do
-        while mounted "$root$point"; do umount -l "$root$point"; done
-    done
-}
+. "$(dirname "$0")/sid_chroot.sh"
 
 complete() {
     local version
@@ -52,49 +44,15 @@ if [ "${1:-}" = "--remove" ]; then
     exit 0
 fi
 
-if [ "$(id -u)" != 0 ]; then
-    say "needs root (debootstrap, mount, chroot); run it as root or under sudo"
-    exit 1
-fi
-
-mkdir -p "$CACHE"
-# One run at a time; then whatever sid.tmp.* is here is an interrupted run's leftover.
-exec 9>"$CACHE/.lock"
-flock 9
-for stale in "$CACHE"/sid.tmp.*; do
-    [ -e "$stale" ] || continue
-    unmount_all "$stale"
-    rm -rf --one-file-system "$stale"
-done
+needs_root
+take_the_cache
 if ! complete; then
-    if ! command -v debootstrap >/dev/null; then
-        say "installing debootstrap"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-    fi
-    # A chroot that lacks a version (VERSIONS grew): made again.
-    if [ -e "$ROOT" ]; then
-        unmount_all "$ROOT"
-        rm -rf --one-file-system "$ROOT"
-    fi
-    tmp="$CACHE/sid.tmp.$$"
+    # A chroot that lacks a version (VERSIONS grew) is made again.
     packages="$(printf 'python%s,' "${VERSIONS[@]}")"
-    say "debootstrap sid with ${packages%,} into $tmp (about a minute)"
-    if ! debootstrap --variant=minbase --include="${packages%,}" sid "$tmp" "$MIRROR" \
-            >"$CACHE/debootstrap.log" 2>&1; then
-        say "debootstrap failed; see $CACHE/debootstrap.log"
-        tail -n 20 "$CACHE/debootstrap.log" >&2
-        exit 1
-    fi
-    rm -rf "$tmp/var/cache/apt/archives/"*.deb
-    mv "$tmp" "$ROOT"
+    make_sid "${packages%,}" "about a minute"
     complete || { say "the chroot lacks an interpreter: ${VERSIONS[*]}"; exit 1; }
 fi
-
-for point in "${MOUNTS[@]}"; do
-    mkdir -p "$ROOT$point"
-    mounted "$ROOT$point" || mount --bind "$point" "$ROOT$point"
-done
+bind_mounts
 
 mkdir -p "$BIN"
 for version in "${VERSIONS[@]}"; do

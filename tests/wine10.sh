@@ -55,16 +55,7 @@ say() { echo "tests/wine10.sh: $*" >&2; }
 
 [ -n "$CLAUDE_VERSION" ] || { say "no claude-code pin found in tests/interop/conftest.py"; exit 1; }
 
-# /proc/mounts writes a space in a mount point as \040.
-mounted() { awk -v want="${1// /\\040}" '$2 == want { found = 1 } END { exit !found }' /proc/mounts; }
-
-unmount_all() {
-    local root="$1" index point
-    for ((index = ${#MOUNTS[@]} - 1; index >= 0; index--)); do
-        point="${MOUNTS[$index]}"
-        while mounted "$root$point"; do umount -l "$root$point"; done
-    done
-}
+. tests/sid_chroot.sh
 
 # Wine's programs are there (Debian's /usr/bin/wine is an absolute link: followed in the chroot).
 has_wine() { [ -d "$ROOT" ] && chroot "$ROOT" test -x /usr/bin/wine -a -x "$WINESERVER"; }
@@ -83,51 +74,16 @@ if [ "${1:-}" = "--remove" ]; then
     exit 0
 fi
 
-if [ "$(id -u)" != 0 ]; then
-    say "needs root (debootstrap, mount, chroot); run it as root or under sudo"
-    exit 1
-fi
-
-mkdir -p "$CACHE"
-# One run at a time; then whatever *.tmp.* is here is an interrupted run's leftover.
-exec 9>"$CACHE/.lock"
-flock 9
-for stale in "$CACHE"/*.tmp.*; do
-    [ -e "$stale" ] || continue
-    unmount_all "$stale"
-    rm -rf --one-file-system "$stale"
-done
+needs_root
+take_the_cache
 
 # -- the chroot: Wine 10 ---------------------------------------------------------
-if ! has_wine; then
-    if ! command -v debootstrap >/dev/null; then
-        say "installing debootstrap"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-    fi
-    if [ -e "$ROOT" ]; then
-        unmount_all "$ROOT"
-        rm -rf --one-file-system "$ROOT"
-    fi
-    tmp="$CACHE/sid.tmp.$$"
-    say "debootstrap sid with $PACKAGES into $tmp (about two minutes)"
-    if ! debootstrap --variant=minbase --include="$PACKAGES" sid "$tmp" "$MIRROR" \
-            >"$CACHE/debootstrap.log" 2>&1; then
-        say "debootstrap failed; see $CACHE/debootstrap.log"
-        tail -n 20 "$CACHE/debootstrap.log" >&2
-        exit 1
-    fi
-    rm -rf "$tmp/var/cache/apt/archives/"*.deb
-    mv "$tmp" "$ROOT"
-fi
+has_wine || make_sid "$PACKAGES" "about two minutes"
 
 # An interrupted run's parts inside the chroot (the prefix's is over a gigabyte).
 rm -rf "$ROOT"/opt/*.tmp.* "$ROOT"/var/lib/memprove/*.tmp.*
 
-for point in "${MOUNTS[@]}"; do
-    mkdir -p "$ROOT$point"
-    mounted "$ROOT$point" || mount --bind "$point" "$ROOT$point"
-done
+bind_mounts
 
 # -- CPython 3.13 for Windows: tests/windows.sh's download, copied in ----------------
 if [ ! -f "$ROOT/opt/python$PYTHON_VERSION/python.exe" ]; then

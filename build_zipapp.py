@@ -68,9 +68,10 @@ ARCHIVE_MODE = 0o755                      # set with chmod, so the umask cannot 
 # and zipimport compiles it at every start (it never caches bytecode), so it
 # holds only what a start from bytecode needs: what makes, mends and writes the
 # cache is CACHE_WRITER_SOURCE, compiled only by a start that compiles the
-# module anyway or finds the cache directory missing or open to others.  The build writes the SHA-256 of the packed source into it.  Run as a
-# zipapp its __name__ is "__main__"; under any other name it only defines its
-# functions, which is how the tests call them.
+# module anyway or finds the cache directory missing or open to others.  The
+# build writes the SHA-256 of the packed source into it.  Run as a zipapp its
+# __name__ is "__main__"; under any other name it only defines its functions,
+# which is how the tests call them.
 MAIN_PY_TEMPLATE = b"""\
 # Entry point of memprove_mcp.pyz, written by build_zipapp.py.  Keep this file
 # parseable by Python 2.7 and 3.0-3.5: it refuses them in one line before it
@@ -143,12 +144,24 @@ def open_cache(directory, writable):
             return handle
     except (OSError, AttributeError):
         pass
-    return cache_writer()["prepare"](directory, handle, writable)
+    try:
+        prepare = cache_writer()["prepare"]
+    except OSError:         # the archive changed under this start: no cache, then
+        if handle is not None:
+            os.close(handle)
+        return None
+    return prepare(directory, handle, writable)
 
 
 def reparse_point(path):
-    # Windows: a symbolic link or a junction (FILE_ATTRIBUTE_REPARSE_POINT).
-    return getattr(os.lstat(path), "st_file_attributes", 0) & 0x400
+    # Windows: a reparse point that names another path, a symbolic link or a
+    # junction (the tag's name-surrogate bit); a OneDrive placeholder is the
+    # file itself.  Without the tag (3.6, 3.7), any reparse point.
+    info = os.lstat(path)
+    if not getattr(info, "st_file_attributes", 0) & 0x400:
+        return False
+    tag = getattr(info, "st_reparse_tag", None)
+    return tag is None or bool(tag & 0x20000000)
 
 
 def read_cached(directory, handle, name, limit):
@@ -237,7 +250,10 @@ def load():
         if writable:
             data = header + marshal.dumps(code)
             data += (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little")
-            cache_writer()["write"](directory, handle, name, data)
+            try:
+                cache_writer()["write"](directory, handle, name, data)
+            except OSError:     # the archive changed under this start: not cached
+                pass
     finally:
         if handle is not None:
             os.close(handle)

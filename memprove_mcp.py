@@ -102,6 +102,7 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #                      rule 17), or None where it cannot tell who listens
 #   home               the variable that names the user's home to clients
 #   versioned_python   the command that runs a given Python version
+#   file_lock          how context.lock is locked: flock, or msvcrt's byte lock
 #   share_modes        a file another process has open cannot be opened or
 #                      replaced for a while: a refusal is waited out, not
 #                      reported (the C runtime's open gives no winerror, so
@@ -110,16 +111,17 @@ PLATFORMS = {
     "linux": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
               "home": "HOME", "versioned_python": "python{0}",
               "posix_files": True, "drive_letters": False, "system_path": None,
-              "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False},
+              "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False,
+              "file_lock": "flock"},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
                "home": "HOME", "versioned_python": "python{0}",
                "posix_files": True, "drive_letters": False,
                "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None,
-               "share_modes": False},
+               "share_modes": False, "file_lock": "flock"},
     "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
               "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
-              "socket_tables": None, "share_modes": True},
+              "socket_tables": None, "share_modes": True, "file_lock": "msvcrt"},
 }
 
 
@@ -1116,11 +1118,14 @@ def import_what_calls_share():
     where they use them: Python 3.8 under Windows was seen to hand a second
     thread a module another thread was still importing (`re` without its
     functions, the `idna` codec missing from getaddrinfo)."""
+    import bisect  # noqa: F401
     import encodings.idna  # noqa: F401  (socket.getaddrinfo("localhost") looks it up)
+    import heapq  # noqa: F401
     import ipaddress  # noqa: F401
     import json  # noqa: F401
     import re  # noqa: F401
     import socket  # noqa: F401
+    import struct  # noqa: F401
     import urllib.parse  # noqa: F401
 
 
@@ -2778,7 +2783,12 @@ def marker_owned(path):
         return None
     if not stat.S_ISDIR(status.st_mode):
         return None
-    return not PLATFORMS[PLATFORM]["posix_files"] or status.st_uid in (os.geteuid(), 0)
+    return owned_by_user(status)
+
+
+def owned_by_user(status, platform=PLATFORM):
+    """Whether a file is the user's or root's, where POSIX owners mean something."""
+    return not PLATFORMS[platform]["posix_files"] or status.st_uid in (os.geteuid(), 0)
 
 
 def utf8_path(path):
@@ -2825,9 +2835,18 @@ def read_regular(path, limit, follow=True):
 
 
 def is_link(status):
-    """A symbolic link, or on Windows any reparse point (a junction too)."""
+    """A symbolic link, or on Windows a reparse point that names another path
+    (a symbolic link, a junction: the tag's name-surrogate bit).  A OneDrive
+    placeholder or a deduplicated file is a reparse point too, but the file
+    itself: a project under OneDrive must not read as linked.  Where the tag
+    is not reported (Windows Python 3.6 and 3.7), every reparse point is."""
     import stat
-    return stat.S_ISLNK(status.st_mode) or bool(getattr(status, "st_file_attributes", 0) & 0x400)
+    if stat.S_ISLNK(status.st_mode):
+        return True
+    if not getattr(status, "st_file_attributes", 0) & 0x400:     # FILE_ATTRIBUTE_REPARSE_POINT
+        return False
+    tag = getattr(status, "st_reparse_tag", None)
+    return tag is None or bool(tag & 0x20000000)                  # IsReparseTagNameSurrogate
 
 
 def read_context(root, deadline=None):
@@ -2840,14 +2859,19 @@ def read_context(root, deadline=None):
     outlasts a reader's short wait must not make `begin` move a sound file
     aside; a call's, as long as its writes would wait) or for SHARED_READ_WAIT
     seconds (doctor, which promises an answer in time)."""
+    import stat
     unsafe = unsafe_context_directory(root)
     if unsafe:
         return {}, Problem("context_unreadable", unsafe)
     path = os.path.join(root, ".memprove", "context.json")
     try:
-        if is_link(os.lstat(path)):
+        status = os.lstat(path)
+        if is_link(status):
             # §6 rule 14: a link can make two Workspaces share one context.
             return {}, Problem("context_unreadable", "The file context.json is a link.")
+        if not stat.S_ISREG(status.st_mode):
+            # Refused now: Windows' refusal to open a directory would be waited out.
+            return {}, Problem("context_unreadable")
         data = while_shared(lambda: read_regular(path, MAX_CONTEXT_FILE + 1, follow=False)[0],
                             deadline or time.monotonic() + SHARED_READ_WAIT)
     except FileNotFoundError:
@@ -2870,11 +2894,14 @@ def read_context(root, deadline=None):
 def unsafe_context_directory(root):
     """A hint naming what in `.memprove/` a write would follow or fail on, or None.
 
-    contract.md §6 rules 6 and 14: a link there could make a write create a
-    file outside the Workspace, or make two Workspaces share one context, so
-    it is found with the context file, before any daemon request, rather than
-    when the write comes.  (A context.json of the wrong type is no danger to
-    a write, which renames over it; read_context refuses a linked one.)
+    contract.md §6 rules 6, 14 and 15: a link there could make a write create
+    a file outside the Workspace, or make two Workspaces share one context,
+    and another user's `.memprove/` where the Workspace's would be (the walk
+    up passed over it, and the Workspace came to be its folder) is theirs to
+    write, not ours; so it is found with the context file, before any daemon
+    request, rather than when the write comes.  (A context.json of the wrong
+    type is no danger to a write, which renames over it; read_context refuses
+    a linked one.)
     """
     import stat
     directory = os.path.join(root, ".memprove")
@@ -2892,7 +2919,12 @@ def unsafe_context_directory(root):
         if not wanted(status.st_mode):
             return "The file %s is not a %s." % (
                 name, "directory" if name == ".memprove" else "regular file")
+        if name == ".memprove" and not owned_by_user(status):
+            return FOREIGN_DIRECTORY
     return None
+
+
+FOREIGN_DIRECTORY = "The folder .memprove belongs to another user."
 
 
 def context_is_sound(context):
@@ -2946,7 +2978,12 @@ def each_run(root):
     except (OSError, ValueError):
         return
     with handle:
-        for line in labelled_lines(handle):
+        lines = labelled_lines(handle)
+        while True:
+            try:
+                line = next(lines)
+            except (StopIteration, OSError):   # a read that fails ends the file, as a failed open
+                return
             try:
                 run = load_json(line.decode("utf-8"), quick=True)
             except (ValueError, RecursionError):
@@ -3025,15 +3062,14 @@ def update_context(root, change, timeout=DEFAULT_TIMEOUT):
     deadline = time.monotonic() + timeout
     directory = os.path.join(root, ".memprove")
     make_context_directory(directory)
+    refuse_unsafe(root)                  # before context.lock is made in it
     lock_path = os.path.join(directory, "context.lock")
     descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | NO_FOLLOW | getattr(os, "O_BINARY", 0),
                          0o666)
     with os.fdopen(descriptor, "r+b") as lock:
         lock_exclusively(lock, deadline)
         try:
-            unsafe = unsafe_context_directory(root)
-            if unsafe:
-                raise OSError(unsafe)
+            refuse_unsafe(root)          # again: it may have changed while we waited
             remove_stale_temporaries(directory)
             replacement = change(*read_context(root, deadline))
             if replacement is not None:
@@ -3046,11 +3082,17 @@ def update_context(root, change, timeout=DEFAULT_TIMEOUT):
             unlock(lock)
 
 
+def refuse_unsafe(root):
+    unsafe = unsafe_context_directory(root)
+    if unsafe:
+        raise OSError(unsafe)
+
+
 TEMPORARY_PREFIX = ".context."
 # Seconds a reader with no deadline of its own (doctor) waits while Windows
 # refuses to open a context.json another process is renaming over (a
 # writer's rename takes milliseconds).
-SHARED_READ_WAIT = 2.0
+SHARED_READ_WAIT = 0.5
 NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW | getattr(os, "O_BINARY", 0)
 
@@ -3144,10 +3186,8 @@ def lock_exclusively(handle, deadline):
         pause = min(pause * 2, 0.05)
 
 
-def try_lock(handle):
-    try:
-        import fcntl
-    except ImportError:
+def try_lock(handle, platform=PLATFORM):
+    if PLATFORMS[platform]["file_lock"] == "msvcrt":
         import msvcrt
         handle.seek(0)
         try:
@@ -3155,6 +3195,7 @@ def try_lock(handle):
         except OSError:
             return False
         return True
+    import fcntl
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -3162,14 +3203,13 @@ def try_lock(handle):
     return True
 
 
-def unlock(handle):
-    try:
-        import fcntl
-    except ImportError:
+def unlock(handle, platform=PLATFORM):
+    if PLATFORMS[platform]["file_lock"] == "msvcrt":
         import msvcrt
         handle.seek(0)
         msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
         return
+    import fcntl
     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
@@ -3215,6 +3255,10 @@ OPERATIONS = {
 MAX_HEAD = 64 * 1024                 # bytes of status line and headers
 MAYBE_WRITTEN = ("The first attempt's answer was lost, so the write may have been made; "
                  "look (`pack`) before repeating it.")
+
+
+# The hint of a daemon_address_refused for a port someone else took (§6 rule 17).
+FOREIGN_LISTENER = "Another user listens on that port."
 
 
 class LostAnswer(Exception):
@@ -3288,11 +3332,14 @@ class DaemonClient:
         if connection is None:
             raise Problem("daemon_unavailable")
         try:
-            if self.owner is not None and peer_owner(connection) not in (None, self.owner):
-                # §6 rule 17: the daemon stopped and someone else took its port.
-                raise Problem("daemon_address_refused", "Another user listens on that port.")
             answer = Answer(connection, deadline)
             try:
+                # A connection gone before a byte was sent (getpeername's ENOTCONN) is
+                # a lost answer like any other: nothing was written.
+                if self.owner is not None and \
+                        peer_owner(connection, deadline) not in (None, self.owner):
+                    # §6 rule 17: the daemon stopped and someone else took its port.
+                    raise Problem("daemon_address_refused", FOREIGN_LISTENER)
                 answer.settle_timeout()
                 connection.sendall(request)
                 return answer.read()
@@ -3436,20 +3483,21 @@ class Answer:
         self.connection.settimeout(remaining)
 
 
-def peer_owner(connection):
+def peer_owner(connection, deadline, platform=PLATFORM):
     """The uid that owns the daemon's end of a loopback connection, or None
-    where the system does not say (PLATFORMS' socket_tables).  Linux answers
-    a sock_diag query for the one socket (what `ss` asks), at the same cost
-    however many sockets the machine holds; where that is refused (an old or
-    sandboxed kernel), the same row is looked for in /proc/net/tcp and tcp6,
-    which list every socket with its owner."""
-    tables = PLATFORMS[PLATFORM]["socket_tables"]
+    where the system does not say (PLATFORMS' socket_tables); OSError when
+    the connection is gone.  Linux answers a sock_diag query for the one
+    socket (what `ss` asks), at the same cost however many sockets the
+    machine holds; where that is refused or finds nothing (an old or
+    sandboxed kernel, no inet_diag), the same row is looked for in
+    /proc/net/tcp and tcp6, which list every socket with its owner."""
+    tables = PLATFORMS[platform]["socket_tables"]
     if not tables:
         return None
     # The daemon's end: its local address is the one connected to, its remote ours.
     near, far = connection.getpeername()[:2], connection.getsockname()[:2]
     try:
-        return diagnosed_owner(connection.family, near, far)
+        return diagnosed_owner(connection.family, near, far, deadline)
     except (OSError, ValueError):
         return tables_owner(tables, near, far)
 
@@ -3468,30 +3516,34 @@ def tables_owner(tables, near, far):
 
 NETLINK_SOCK_DIAG = 4                 # linux/netlink.h
 SOCK_DIAG_BY_FAMILY = 20              # linux/sock_diag.h
-NOT_FOUND = 2                         # NLMSG_ERROR: the socket is gone, or no such table
 
 
-def diagnosed_owner(family, near, far):
+def diagnosed_owner(family, near, far, deadline):
     """The uid of the TCP socket whose local end is `near` and remote end
     `far`, from one sock_diag request (struct inet_diag_req_v2; the answer is
-    a struct inet_diag_msg, idiag_uid at byte 64).  None when the kernel has
-    no such socket; OSError or ValueError when it cannot be asked."""
+    a struct inet_diag_msg, idiag_uid at byte 64), asked for at most a second
+    and never past `deadline`.  OSError or ValueError for any other answer:
+    an error (NLMSG_ERROR; -ENOENT also when no inet_diag module is there to
+    find the socket that this very connection holds), a short one, none."""
     import socket
     import struct
+    family_netlink = getattr(socket, "AF_NETLINK", None)
+    if family_netlink is None:
+        raise OSError("no netlink here")         # another Unix, run as Linux
     request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF) + \
         struct.pack("!HH", near[1], far[1]) + raw_address(family, near[0]) + \
         raw_address(family, far[0]) + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
     header = struct.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, 1, 1, 0)
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as channel:
-        channel.settimeout(1.0)
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise OSError("the daemon's time is up")
+    with socket.socket(family_netlink, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as channel:
+        channel.settimeout(min(1.0, remaining))
         channel.sendto(header + request, (0, 0))
         answer = channel.recv(8192)
-    kind = struct.unpack_from("=H", answer, 4)[0]
-    if kind == SOCK_DIAG_BY_FAMILY and len(answer) >= 16 + 72:
+    if len(answer) >= 16 + 72 and struct.unpack_from("=H", answer, 4)[0] == SOCK_DIAG_BY_FAMILY:
         return struct.unpack_from("=I", answer, 16 + 64)[0]
-    if kind == NOT_FOUND and len(answer) >= 20 and struct.unpack_from("=i", answer, 16)[0] == -2:
-        return None                   # -ENOENT: no such socket now
-    raise ValueError("sock_diag did not answer")
+    raise ValueError("sock_diag did not say")
 
 
 def raw_address(family, host):
@@ -3582,12 +3634,12 @@ def decode_answer(data):
     if len(data) < 1 << 20:
         return load_json(data.decode("utf-8"))
     import gc
-    paused = gc.isenabled()
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
         return load_json(data.decode("utf-8"))
     finally:
-        if paused:
+        if was_enabled:
             gc.enable()
 
 
@@ -4022,7 +4074,7 @@ MAX_CLIENT_LINE = 4096               # longer TOML and YAML lines are skipped (�
 # the server: how print-config --client gemini passes MEMPROVE_TOKEN_FILE.
 VARIABLE_REFERENCE = Pattern(r"(\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}"
                              r"|\{env:[A-Za-z_][A-Za-z0-9_]*\})\Z")
-INTERPRETER = Pattern(r"(?i)(python|pypy|py)[0-9.]*(\.exe)?\Z")
+INTERPRETER = Pattern(r"(?i)(python|pypy|py)[0-9.]*w?(\.exe)?\Z")   # pythonw.exe, pyw.exe too
 
 
 def doctor(options, platform=PLATFORM):
@@ -4261,15 +4313,16 @@ def check_workspace(found):
     # As the per-call object finds it; doctor has no client, so no roots.
     workspace = find_workspace(found["environ"], found["options"].get("workspace"), None, warnings)
     ignored = "".join(", %s (ignored)" % warning for warning in warnings)
+    project = example(found, "project")
+    elsewhere = "cd %s, or give it: --workspace %s" % (project, project)
     if workspace.problem:
-        project = example(found, "project")
         return ("fail", workspace.problem, "%s (found by %s)%s cannot be used: it does not exist, "
                 "is not a directory, or its path is not UTF-8"
                 % (workspace.root or "the start directory", workspace.found_by, ignored),
-                "cd %s, or give it: --workspace %s" % (project, project))
+                elsewhere)
     root = found["root"] = workspace.root
     detail = "%s (found by %s)%s" % (root, workspace.found_by, ignored)
-    if not workspace.marked:
+    if not workspace.marked and marker_owned(os.path.join(root, ".memprove")) is not False:
         return ("warn", None, detail + ", no .memprove/ yet (the first `begin` makes it)",
                 "call `begin` from your agent in %s" % root)
     context, error = read_context(root)
@@ -4277,11 +4330,15 @@ def check_workspace(found):
         path = os.path.join(root, ".memprove", "context.json")
         whose = "another Workspace's context" if error.code == "context_foreign" else \
             "its context cannot be read"
+        if error.hint == FOREIGN_DIRECTORY:
+            remedy = elsewhere             # theirs to remove, not ours
+        elif error.hint:
+            remedy = "remove what the detail names from %s" % os.path.join(root, ".memprove")
+        else:
+            remedy = "call `begin` from your agent (it moves the file aside), or: " + \
+                fix(found, "move", path=path, target=path + ".bad")
         return ("fail", error.code, "%s, but %s%s" % (
-            detail, whose, ": " + error.hint if error.hint else ""),
-            "remove what the detail names from %s" % os.path.join(root, ".memprove")
-            if error.hint else "call `begin` from your agent (it moves the file aside), or: " +
-            fix(found, "move", path=path, target=path + ".bad"))
+            detail, whose, ": " + error.hint if error.hint else ""), remedy)
     task, session = context.get("task"), context.get("session")
     return ("ok", None, "%s, .memprove/ present, %s, %s, %d runs in runs.jsonl" % (
         detail, "Task %d" % task["number"] if task else "no Task",
@@ -4298,7 +4355,6 @@ DAEMON_FIXES = {
     "token_revoked": "the token was revoked: get a new one from the daemon",
     "scope_missing": "the token lacks the scope mcp-read: get one with mcp-read and mcp-write",
 }
-FOREIGN_LISTENER = "Another user listens on that port."
 
 
 def check_daemon(found):
@@ -4348,17 +4404,19 @@ def check_client(found):
                 print_config_line(found))
     holder = token_holder(entry, found["token"])
     if holder:
-        private = found["shell"]["private"]
+        token_file = os.path.join(found["config_dir"], "token")
+        private = " (%s)" % fix(found, "private", path=token_file) \
+            if found["shell"]["private"] else ""
         return ("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
                 % (place, holder), "remove it: the token belongs in %s%s; the entry to use "
-                "instead: %s" % (os.path.join(found["config_dir"], "token"),
-                                 " (chmod 600)" if private else "", print_config_line(found)))
+                "instead: %s" % (token_file, private, print_config_line(found)))
     command, args = entry["command"], entry["args"]
     if not command or not command_exists(command, found["environ"]):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, command or "no command"), print_config_line(found))
     interpreter = INTERPRETER.match(os.path.basename(command))
-    if not interpreter and PLATFORMS[found["platform"]]["interpreter_first"]:
+    if not interpreter and PLATFORMS[found["platform"]]["interpreter_first"] and \
+            command.lower().endswith(".pyz"):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s itself, "
                 "which Windows cannot start: it must name the interpreter" % (place, command),
                 print_config_line(found))

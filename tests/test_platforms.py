@@ -245,3 +245,27 @@ def test_the_module_tests_the_platform_in_one_place():
                 for part in [node.left] + node.comparators):
             offenders.append(node.lineno)
     assert not offenders, "platform tested outside PLATFORMS at lines %s" % offenders
+
+
+# -- links on Windows -------------------------------------------------------------
+
+class Status:
+    """What os.lstat gives on Windows, as far as is_link looks."""
+    st_mode = 0o40755
+
+    def __init__(self, attributes, tag=None):
+        self.st_file_attributes = attributes
+        if tag is not None:
+            self.st_reparse_tag = tag
+
+
+@pytest.mark.parametrize("status, linked", [
+    (Status(0x10), False),                           # a plain directory
+    (Status(0x10 | 0x400, 0xA000000C), True),        # IO_REPARSE_TAG_SYMLINK
+    (Status(0x10 | 0x400, 0xA0000003), True),        # IO_REPARSE_TAG_MOUNT_POINT: a junction
+    (Status(0x10 | 0x400, 0x9000001A), False),       # IO_REPARSE_TAG_CLOUD_A: OneDrive's
+    (Status(0x20 | 0x400, 0x80000013), False),       # IO_REPARSE_TAG_DEDUP
+    (Status(0x10 | 0x400), True),                    # no tag reported (3.6, 3.7): any
+], ids=["directory", "symlink", "junction", "onedrive", "dedup", "untagged"])
+def test_only_a_reparse_point_naming_another_path_is_a_link(status, linked):
+    assert mp.is_link(status) is linked

@@ -284,6 +284,41 @@ def test_rule15_another_users_memprove_above_a_project(local_users, start_server
         assert read_json(found / "context.json")["task"]["id"] == value["task_id"]
 
 
+def test_rule15_another_users_memprove_in_the_start_directory_itself(local_users, start_server,
+                                                                     planted):
+    """The server starts in the shared directory itself (no `.git`), so the Workspace is
+    that directory, whose `.memprove/` is another user's (0777, holding their context):
+    it is neither read nor written.  `context` reports `context_unreadable` with the hint,
+    `begin` fails with it, and doctor's workspace check fails
+    with a fix that names another folder, not the removal of theirs."""
+    users = local_users
+    victim = users.victim
+    shared = users.directory("shared", mode=0o1777)
+    theirs = users.directory("shared/.memprove", mode=0o777, owner=users.third)
+    their_context = {"version": 1, "workspace": {"id": "w", "root": str(shared)},
+                     "task": {"id": "their-task", "number": 7, "title": "Theirs"}, "session": None}
+    (theirs / "context.json").write_text(json.dumps(their_context))
+    users.third.own(theirs / "context.json")
+    before = snapshot(theirs)
+    daemon, env = victims_daemon(users, planted)
+    server = start_server(python=users.python, program=users.pyz, env=env, cwd=shared,
+                          user=victim)
+    server.initialize()
+    code, value = call_tool(server, "context")
+    assert code == "ok", value
+    assert (value["workspace"]["root"], value.get("context_error")) == \
+        (str(shared), "context_unreadable"), value
+    assert value["task"] is None, value                # their Task is not shown as ours
+    # Refused with the context file, before any daemon request (as a link in .memprove/ is).
+    code, text = call_tool(server, "begin", {"new_task": "The victim's work"})
+    assert code == "context_unreadable" and "belongs to another user" in text, text
+    status, checks, _ = doctor_as(users, victim, env, shared)
+    assert (status, checks["workspace"]["code"]) == (1, "context_unreadable"), checks["workspace"]
+    assert "--workspace" in checks["workspace"]["fix"], checks["workspace"]
+    assert server.close() == 0
+    assert snapshot(theirs) == before
+
+
 # =============================================================================
 # Rule 16: runs.jsonl is read a line at a time
 # =============================================================================
@@ -535,7 +570,7 @@ def connection(request):
 def test_rule17_sock_diag_and_the_proc_tables_name_the_same_owner(connection):
     family, near, far = connection
     try:
-        diagnosed = mp.diagnosed_owner(family, near, far)
+        diagnosed = mp.diagnosed_owner(family, near, far, time.monotonic() + SAFETY_TIMEOUT)
     except (OSError, ValueError) as error:
         diagnosed = error                   # refused here: the tables alone are checked
     listed = mp.tables_owner(mp.PLATFORMS[mp.PLATFORM]["socket_tables"], near, far)
@@ -559,3 +594,29 @@ def test_rule17_a_row_across_a_read_boundary_is_found(tmp_path, offset):
     table.write_bytes(before + row + filler * 3)
     assert mp.table_owner(str(table), " 0100007F:1F90 0100007F:C350 ") == 4321
     assert mp.table_owner(str(table), " 0100007F:1F91 0100007F:C350 ") is None
+
+
+def test_rule17_a_connection_reset_before_it_is_asked_about_is_an_oserror(connection):
+    """The daemon's end reset (SO_LINGER 0) before the server asks who owns it: the
+    question raises OSError, which the daemon client reads as a lost answer (nothing
+    was sent yet), never another exception that would be internal_error."""
+    import select
+    import struct
+    family, near, far = connection
+    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    with socket.socket(family, socket.SOCK_STREAM) as listener:
+        listener.bind((host, 0))
+        listener.listen(1)
+        client = socket.create_connection(listener.getsockname()[:2])
+        accepted, _ = listener.accept()
+        accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        accepted.close()
+        try:
+            assert select.select([client], [], [], SAFETY_TIMEOUT)[0]     # the reset is here
+            with pytest.raises(OSError):
+                client.recv(1)                                          # ECONNRESET
+            with pytest.raises(OSError):
+                mp.peer_owner(client, time.monotonic() + SAFETY_TIMEOUT)
+        finally:
+            client.close()
+

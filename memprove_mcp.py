@@ -89,8 +89,9 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 
 # What differs between Linux, macOS and Windows (contract.md §5), in one
 # place: a rule that depends on the platform reads its fact here rather than
-# testing os.name, and takes the platform as an argument so that a test can
-# check the macOS or Windows rule on any machine.
+# testing os.name, and the rules a test checks for another platform than its
+# own (paths, shells, file modes, locks, share modes) take the platform as an
+# argument; the rest the Windows tier checks under the Windows interpreter.
 #   config_base        where the configuration directory's default lives
 #   interpreter_first  an entry names the interpreter, the .pyz its first
 #                      argument: Windows starts no .pyz (WinError 193, EFTYPE)
@@ -2582,7 +2583,7 @@ def token_source(environ, config_dir):
     return None, None
 
 
-def read_token(environ, config_dir):
+def read_token(environ, config_dir, platform=PLATFORM):
     """Return (token, file_too_open).  Raises token_missing or token_malformed."""
     source, path = token_source(environ, config_dir)
     if source is None:
@@ -2590,7 +2591,7 @@ def read_token(environ, config_dir):
     if path is None:
         token, too_open = environ["MEMPROVE_TOKEN"].strip(), False
     else:
-        token, too_open = read_token_file(path)
+        token, too_open = read_token_file(path, platform)
     if not token:
         raise Problem("token_missing")
     if not all("!" <= char <= "~" for char in token):
@@ -2599,10 +2600,10 @@ def read_token(environ, config_dir):
     return token, too_open
 
 
-def token_file_too_open(path):
+def token_file_too_open(path, platform=PLATFORM):
     """Whether a token file grants group or others any access; read or not,
     valid or not, that is worth a warning (contract.md §6 rule 11)."""
-    if path is None or not PLATFORMS[PLATFORM]["posix_files"]:
+    if path is None or not PLATFORMS[platform]["posix_files"]:
         return False
     try:
         return bool(os.stat(path).st_mode & 0o077)
@@ -2610,7 +2611,7 @@ def token_file_too_open(path):
         return False
 
 
-def read_token_file(path):
+def read_token_file(path, platform=PLATFORM):
     try:
         data, status = read_regular(path, 65536)
     except (OSError, ValueError):
@@ -2618,7 +2619,7 @@ def read_token_file(path):
     token = user_text(data).split("\n", 1)[0].strip()
     if not token:
         raise Problem("token_missing", "The token file is empty.")
-    return token, PLATFORMS[PLATFORM]["posix_files"] and bool(status.st_mode & 0o077)
+    return token, PLATFORMS[platform]["posix_files"] and bool(status.st_mode & 0o077)
 
 
 def user_text(data, errors="replace"):
@@ -4257,7 +4258,7 @@ def check_token(found):
     source, path = token_source(environ, config_dir)
     where = source if path is None else "%s (%s)" % (source, path)
     try:
-        token, too_open = read_token(environ, config_dir)
+        token, too_open = read_token(environ, config_dir, found["platform"])
     except Problem as problem:
         return ("fail", problem.code) + token_failure(found, problem, source, path, where)
     found["token"], found["token_file"] = token, path
@@ -4701,7 +4702,7 @@ def scalar_at(line, index):
             return line[index + 1:], len(line)
         return line[index + 1:close], close + 1
     match = PLAIN_VALUE.match(line, index)
-    return match.group().split(" #")[0].strip(), match.end()
+    return match.group().strip(), match.end()
 
 
 def token_holder(entry, token):

@@ -269,3 +269,19 @@ class Status:
 ], ids=["directory", "symlink", "junction", "onedrive", "dedup", "untagged"])
 def test_only_a_reparse_point_naming_another_path_is_a_link(status, linked):
     assert mp.is_link(status) is linked
+
+
+def test_a_token_file_has_no_mode_to_fix_on_windows(tmp_path):
+    """doctor's token check on a 0644 file: a warning with a chmod fix under POSIX,
+    nothing to say on Windows, where the bits mean nothing (and no fix exists)."""
+    token = tmp_path / "token"
+    token.write_text("tok-123\n")
+    os.chmod(str(token), 0o644)
+
+    def check(platform):
+        found = dict(found_for(platform), environ={"MEMPROVE_TOKEN_FILE": str(token)},
+                     config_dir=str(tmp_path))
+        return mp.check_token(found)
+    assert check("win32")[:2] == ("ok", None)
+    status, _, _, fix = check("linux")
+    assert (status, fix) == ("warn", "chmod 600 %s" % mp.sh_word(str(token)))

@@ -239,13 +239,17 @@ def _real_interpreter(candidate, minor, cwd=None):
 _FOUND = {}
 
 
-def pythons_bin():
-    """Where tests/pythons.sh puts its wrappers: $MEMPROVE_TEST_PYTHONS_BIN, else
-    ${XDG_CACHE_HOME:-~/.cache}/memprove-mcp-pythons/bin."""
-    if os.environ.get("MEMPROVE_TEST_PYTHONS_BIN"):
-        return Path(os.environ["MEMPROVE_TEST_PYTHONS_BIN"])
+def wrappers_bin(variable, cache_name):
+    """Where a setup script (tests/pythons.sh, tests/windows.sh) puts its wrappers:
+    $variable, else ${XDG_CACHE_HOME:-~/.cache}/cache_name/bin."""
+    if os.environ.get(variable):
+        return Path(os.environ[variable])
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(cache) / "memprove-mcp-pythons" / "bin"
+    return Path(cache) / cache_name / "bin"
+
+
+def pythons_bin():
+    return wrappers_bin("MEMPROVE_TEST_PYTHONS_BIN", "memprove-mcp-pythons")
 
 
 def find_python(minor):
@@ -346,12 +350,7 @@ WINDOWS_SCRIPT = "tests/windows.sh"
 
 
 def windows_bin():
-    """Where tests/windows.sh puts its wrappers: $MEMPROVE_TEST_WINDOWS_BIN, else
-    ${XDG_CACHE_HOME:-~/.cache}/memprove-mcp-windows/bin."""
-    if os.environ.get("MEMPROVE_TEST_WINDOWS_BIN"):
-        return Path(os.environ["MEMPROVE_TEST_WINDOWS_BIN"])
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(cache) / "memprove-mcp-windows" / "bin"
+    return wrappers_bin("MEMPROVE_TEST_WINDOWS_BIN", "memprove-mcp-windows")
 
 
 _FOUND_WINDOWS = {}

@@ -1,8 +1,10 @@
 """Soak (issue 5, item 7): MEMPROVE_SOAK_CALLS tool calls (10,000 in CI) in one server
 process, against the built .pyz and the reference daemon.  Resident memory, open file
-descriptors and threads are read from /proc after a warm-up and at every tenth of the
-run; at the end there must be no growth beyond noise, no leaked descriptor and no
-leaked thread.  The figures are printed and reported.
+descriptors and threads are read from /proc after a warm-up of 1,000 calls, whatever the
+count (a shorter one measured the allocator still settling: 0.8 to 1.0 MiB after 100
+calls under 3.15, with the same code), and at every tenth of the run; at the end there
+must be no growth beyond noise, no leaked descriptor and no leaked thread.  The figures
+are printed and reported.
 """
 
 import time
@@ -52,14 +54,14 @@ def test_soak(hserve, config, daemon, workspace):
     assert outcome_of(server.call("checkpoint", {"facts": [{"text": "Soak fact."}],
                                                   "next_action": "Soak on."}, id="cp"))[0] == "ok"
     pid = server.proc.pid
-    warm_up = min(WARM_UP, max(1, SOAK_CALLS // 10))
+    warm_up, total = WARM_UP, WARM_UP + SOAK_CALLS
     run_calls(server, 0, warm_up)
     before = proc_stats(pid)
     samples = [before["rss_kib"]]
     started = time.monotonic()
-    done, step = warm_up, max(1, (SOAK_CALLS - warm_up) // 10)
-    while done < SOAK_CALLS:
-        count = min(step, SOAK_CALLS - done)
+    done, step = warm_up, max(1, SOAK_CALLS // 10)
+    while done < total:
+        count = min(step, total - done)
         run_calls(server, done, count)
         done += count
         daemon.clear_ops()
@@ -71,7 +73,7 @@ def test_soak(hserve, config, daemon, workspace):
     growth = after["rss_kib"] - before["rss_kib"]
     second_half = samples[-1] - samples[len(samples) // 2]
     report("soak", calls=SOAK_CALLS, seconds=round(seconds, 1),
-           calls_per_second=round((SOAK_CALLS - warm_up) / seconds),
+           calls_per_second=round(SOAK_CALLS / seconds),
            rss_kib_before=before["rss_kib"], rss_kib_after=after["rss_kib"],
            rss_growth_kib=growth, rss_samples_kib=samples, fds_before=before["fds"],
            fds_after=after["fds"], threads_before=before["threads"],

@@ -3882,6 +3882,18 @@ def matching_candidates(sections, records, tokens):
     return found, kept
 
 
+def capped_lines(lines):
+    """[cap_line(line) for line in lines], and the units each capped line costs
+    with its newline.  Lines all of ASCII, the usual case, are priced in bulk:
+    their units are their characters, and the cut's ellipsis is one unit."""
+    if ascii_only("".join(lines)):
+        capped = [(line, False) if len(line) <= LINE_CAP else (line[:LINE_CAP - 1] + "\u2026", True)
+                  for line in lines]
+        return capped, [len(line) + 1 for line, _ in capped]
+    capped = list(map(cap_line, lines))
+    return capped, [utf16_len(line) + 1 for line, _ in capped]
+
+
 def cut_count(lines):
     """How many of these uncut lines the cap would cut (cap_line's second value)."""
     return sum(1 for line in lines if len(line) > LINE_CAP // 2 and utf16_len(line) > LINE_CAP)
@@ -3953,9 +3965,9 @@ def render_pack(capsule, budget=6000, query=None):
     """The Pack of pack.md and its figures: pack, units, claims_shown,
     claims_left_out, runs_left_out, lines_cut.
 
-    Lines are built only as far as the budget reaches (a query must see them
-    all, and builds them in bulk), and capped only when priced, so a large
-    Capsule costs little more than its filtering.
+    Lines are built, capped and priced a chunk at a time, only as far as the
+    budget reaches (a query must see them all, and builds them in bulk), so a
+    large Capsule costs little more than its filtering.
     """
     from bisect import bisect_right
     header = pack_header(capsule)
@@ -3983,16 +3995,31 @@ def render_pack(capsule, budget=6000, query=None):
     capped = []                                       # (line, cut) of the candidates priced so far
     totals = []                                       # their running cost
 
+    def price_more():
+        """Price the next chunk of candidates, or only the next one when a
+        record in the chunk cannot be read: it fails the call only if the
+        budget reaches it."""
+        start = len(totals)
+        stop = min(start + BUILD_CHUNK, len(records))
+        try:
+            line_of(stop - 1)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            stop = start + 1
+            line_of(start)
+        lines, costs = capped_lines(uncut[start:stop])
+        for index in range(start, stop):
+            if index == 0 or sections[index - 1] != sections[index]:
+                costs[index - start] += 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
+        used = totals[-1] if totals else 0
+        for cost in costs:
+            used += cost
+            totals.append(used)
+        capped.extend(lines)
+
     def fill(room):
         """How many candidates, taken in order, fit in `room` units."""
-        used = totals[-1] if totals else 0
-        while len(totals) < len(records) and used <= room:   # price more of them
-            index = len(totals)
-            capped.append(cap_line(line_of(index)))
-            used += utf16_len(capped[index][0]) + 1
-            if index == 0 or sections[index - 1] != sections[index]:
-                used += 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
-            totals.append(used)
+        while len(totals) < len(records) and (totals[-1] if totals else 0) <= room:
+            price_more()
         return bisect_right(totals, room)
 
     header_text = "".join(line + "\n" for line in header)
@@ -4018,14 +4045,15 @@ def render_pack(capsule, budget=6000, query=None):
             line_of(len(records) - 1)
             shown = fill_reserving(known_cut + cut_count(uncut[len(records) - unbuilt:]))
 
-    parts = [header_text]
-    for index in range(shown):
-        if index == 0 or sections[index - 1] != sections[index]:
-            parts.append("\n" + SECTIONS[sections[index]] + "\n")
-        parts.append(capped[index][0] + "\n")
+    parts, start = [header_text], 0
+    while start < shown:                              # a section at a time
+        stop = min(bisect_right(sections, sections[start], start), shown)
+        parts.append("\n%s\n%s\n" % (SECTIONS[sections[start]],
+                                      "\n".join([line for line, _ in capped[start:stop]])))
+        start = stop
     runs_left_out = sections[shown:].count(4)
     claims_left_out = len(records) - shown - runs_left_out
-    lines_cut = sum(1 for index in range(shown) if capped[index][1])
+    lines_cut = sum(cut for _, cut in capped[:shown])
     # Rule 3: the footer only when something was left out or cut; a header
     # over the budget with no candidate at all has nothing to report.
     if footer and (claims_left_out or runs_left_out or lines_cut):

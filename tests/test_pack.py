@@ -309,6 +309,17 @@ def test_cap_astral_ending_exactly_at_299_is_kept():
     assert mp.cap_line(line) == ("x" * 297 + ROCKET + ELLIPSIS, True)
 
 
+@pytest.mark.parametrize("lines", [
+    [],
+    ["- c1 short", "x" * 300, "y" * 301, "z" * 1000, ""],                # ASCII: priced in bulk
+    ["- c1 short", "x" * 301, ROCKET * 151, "- c2 Stra\u00dfe " + "w" * 296],   # not
+])
+def test_capped_lines_price_a_chunk_as_cap_line_prices_each_line(lines):
+    capped, costs = mp.capped_lines(lines)
+    assert capped == [mp.cap_line(line) for line in lines]
+    assert costs == [u16(line) + 1 for line, _ in capped]
+
+
 # --------------------------------------------------------------------------
 # Claim and Run lines
 # --------------------------------------------------------------------------

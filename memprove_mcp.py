@@ -1806,7 +1806,7 @@ def tool_pack(call, args):
     try:
         rendered = render_pack(capsule, budget, query)
         opening = opening_statement(capsule, utc_now(), agent["name"], agent["role"])
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except CAPSULE_MISREAD:
         raise Problem("daemon_error", "Its Capsule could not be read.")
     result = dict(call.ids(context, task_id), task=capsule["task"]["number"], budget=budget)
     for key in ("units", "claims_shown", "claims_left_out", "runs_left_out", "lines_cut"):
@@ -1838,7 +1838,7 @@ def tool_claims(call, args):
             units += size
             given.append({"number": number, "kind": fold(claim.get("kind")),
                           "state": fold(claim.get("state")), "line": line})
-    except (KeyError, TypeError, ValueError, AttributeError):
+    except CAPSULE_MISREAD:
         raise Problem("daemon_error", "Its Capsule could not be read.")
     return dict(call.ids(context, task_id), task=capsule["task"]["number"], claims=given,
                 missing=missing, left_out=left_out)
@@ -3697,6 +3697,8 @@ def resolve_loopback(host, port):
 
 CONTROLS = Pattern("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 LINE_CAP = 300
+# What reading a Capsule whose fields have the wrong shape raises.
+CAPSULE_MISREAD = (KeyError, TypeError, ValueError, AttributeError)
 SECTIONS = ("Next action:", "Open items:", "Decisions:", "Facts:", "Runs:")
 FOOTER = ("(Claims left out: %d. Runs left out: %d. Lines cut: %d. "
           "The claims tool gives any claim in full.)")
@@ -3885,10 +3887,10 @@ def matching_candidates(sections, records, tokens):
 def capped_lines(lines):
     """[cap_line(line) for line in lines], and the units each capped line costs
     with its newline.  Lines all of ASCII, the usual case, are priced in bulk:
-    their units are their characters, and the cut's ellipsis is one unit."""
+    their units are their characters (the cut's ellipsis is one unit too), so
+    only a line longer than the cap needs a look."""
     if ascii_only("".join(lines)):
-        capped = [(line, False) if len(line) <= LINE_CAP else (line[:LINE_CAP - 1] + "\u2026", True)
-                  for line in lines]
+        capped = [(line, False) if len(line) <= LINE_CAP else cap_line(line) for line in lines]
         return capped, [len(line) + 1 for line, _ in capped]
     capped = list(map(cap_line, lines))
     return capped, [utf16_len(line) + 1 for line, _ in capped]
@@ -3986,7 +3988,7 @@ def render_pack(capsule, budget=6000, query=None):
             stop = min(start + BUILD_CHUNK, len(records))
             try:
                 uncut.extend(candidate_lines(sections[start:stop], records[start:stop]))
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except CAPSULE_MISREAD:
                 # A record the chunk cannot read fails the call only if the
                 # budget reaches it, as when lines were built one by one.
                 uncut.append(candidate_line(sections[start], records[start]))
@@ -4003,7 +4005,7 @@ def render_pack(capsule, budget=6000, query=None):
         stop = min(start + BUILD_CHUNK, len(records))
         try:
             line_of(stop - 1)
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except CAPSULE_MISREAD:
             stop = start + 1
             line_of(start)
         lines, costs = capped_lines(uncut[start:stop])
@@ -4018,7 +4020,7 @@ def render_pack(capsule, budget=6000, query=None):
 
     def fill(room):
         """How many candidates, taken in order, fit in `room` units."""
-        while len(totals) < len(records) and (totals[-1] if totals else 0) <= room:
+        while len(totals) < len(records) and (not totals or totals[-1] <= room):
             price_more()
         return bisect_right(totals, room)
 

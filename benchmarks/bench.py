@@ -506,11 +506,10 @@ def trivial_zipapp(folder):
     import zipapp
     source = os.path.join(folder, "trivial")
     target = os.path.join(folder, "trivial.pyz")
-    if not os.path.exists(target):
-        os.makedirs(source, exist_ok=True)
-        with open(os.path.join(source, "__main__.py"), "w") as handle:
-            handle.write(READY + "\n")
-        zipapp.create_archive(source, target)
+    os.makedirs(source)
+    with open(os.path.join(source, "__main__.py"), "w") as handle:
+        handle.write(READY + "\n")
+    zipapp.create_archive(source, target)
     return target
 
 

@@ -631,8 +631,10 @@ def client_entry(name, command, args, config_dir, environ, workspace=None, root=
 
 
 def shown_path(path):
-    """A path on one line: one holding a control character or a line break
-    (U+2028, U+2029 too) is shown JSON-quoted."""
+    """A path, or any value from a file, a client's configuration or the
+    environment, on one line of its own: one holding a C0 or C1 control, DEL
+    or a line break (U+2028, U+2029 too) is shown JSON-quoted, in ASCII, so
+    that no value can start a line or hide the rest of one (§6 rule 23)."""
     if any(char < " " or "\x7f" <= char <= "\x9f" or char in "\u2028\u2029" for char in path):
         return dump_json(path)
     return path
@@ -1153,7 +1155,10 @@ class Roots:
     pending, and an answer to any other id is dropped unread, so a storm of
     notifications or of forged answers costs the reading thread nothing
     (contract.md §6 rule 18).  The newest good answer is kept; a call waits
-    for a pending one until ROOTS_WAIT after the call itself arrived.
+    for a pending one until ROOTS_WAIT after the call itself arrived.  The
+    answer's paths are resolved by the first call that uses them, in its
+    worker, and only as far as needed (§6 rule 24): resolving a thousand deep
+    paths on the reading thread would hold every message behind it.
     """
 
     PREFIX = "memprove-roots-"
@@ -1164,7 +1169,9 @@ class Roots:
         self.declared = False
         self.asked = 0               # requests sent, numbering their ids
         self.pending = None          # the number of the one request awaited, or None
-        self.start = None            # the start directory the newest good answer gave
+        self.paths = None            # the file: roots of the newest good answer, unresolved
+        self.resolved = (None, None)     # (those paths, the start directory they give)
+        self.resolving = _thread.allocate_lock()
 
     def declare(self, capabilities):
         """An initialize (again): the new session's capability, nothing kept."""
@@ -1176,7 +1183,7 @@ class Roots:
             self.changed = threading.Condition()
         with self.changed:
             self.declared = declared
-            self.pending, self.start = None, None
+            self.pending, self.paths = None, None
             self.changed.notify_all()
 
     def ask(self):
@@ -1197,17 +1204,17 @@ class Roots:
         if number is None or message.get("id") != self.PREFIX + str(number):
             return
         try:
-            start = roots_start_directory(message.get("result"))
+            paths = root_paths(message.get("result"))
         except ValueError:
-            start = ABSENT               # an error answer or a malformed one
+            paths = None                 # an error answer or a malformed one
         with self.changed:
             if self.pending != number:
                 return                   # a list_changed made it stale meanwhile
             # Pending until the answer is in force: a waiting call must not
             # wake between the two and take the previous roots.
             self.pending = None
-            if start is not ABSENT:
-                self.start = start
+            if paths is not None:
+                self.paths = paths
             self.changed.notify_all()
 
     def for_call(self, arrived):
@@ -1221,32 +1228,58 @@ class Roots:
                 if remaining <= 0:
                     break
                 self.changed.wait(remaining)
-            return self.start
+            paths = self.paths
+        if not paths:
+            return None
+        with self.resolving:             # one resolution per answer, shared by the calls
+            if self.resolved[0] is not paths:
+                self.resolved = (paths, start_directory(paths))
+            return self.resolved[1]
 
 
 def roots_start_directory(result):
     """The first `file:` root holding the working directory, else the first
     `file:` root, else None; ValueError for a result of the wrong shape."""
+    return start_directory(root_paths(result))
+
+
+def root_paths(result):
+    """The paths of a roots/list result's `file:` roots, unresolved, in order;
+    ValueError for a result of the wrong shape."""
     roots = result.get("roots") if isinstance(result, dict) else None
     if not isinstance(roots, list):
         raise ValueError("not a roots/list result")
     roots = roots[:MAX_ROOTS]            # §6 rule 18: what a client sends past these is not looked at
     if not all(isinstance(root, dict) and isinstance(root.get("uri"), str) for root in roots):
         raise ValueError("not a roots/list result")
-    paths = [path for path in map(file_uri_path, (root["uri"] for root in roots)) if path]
+    return [path for path in map(file_uri_path, (root["uri"] for root in roots)) if path]
+
+
+def start_directory(paths):
+    """The first of `paths` holding the working directory, else the first,
+    resolved; None for none.  Only the root used is resolved when its path
+    as written holds the working directory (the usual case: a client's
+    workspace folder); the rest are resolved, in order, only when none does."""
+    if not paths:
+        return None
     try:
-        here = os.path.realpath(os.getcwd())
+        here = os.path.join(os.path.realpath(os.getcwd()), "")
     except OSError:
         here = None
-    for path in paths:
-        if here is not None and (here + os.sep).startswith(os.path.join(path, "")):
-            return path
-    return paths[0] if paths else None
+    if here is not None:
+        from itertools import chain
+        holders = (path for path in paths if here.startswith(os.path.join(os.path.normpath(path), "")))
+        for path in chain(holders, paths):
+            resolved = os.path.realpath(path)
+            if here.startswith(os.path.join(resolved, "")):
+                return resolved
+    return os.path.realpath(paths[0])
 
 
 def file_uri_path(uri):
-    """The local path of a `file:` URI, or None for any other URI and for one
-    over MAX_ROOT_URI bytes (resolving a path costs more the longer it is)."""
+    """The local path of a `file:` URI, unresolved, or None for any other URI
+    and for one over MAX_ROOT_URI bytes (resolving a path costs more the
+    longer it is)."""
     if len(uri) > MAX_ROOT_URI or len(uri.encode("utf-8", "surrogatepass")) > MAX_ROOT_URI:
         return None
     from urllib.parse import unquote, urlsplit
@@ -1262,7 +1295,7 @@ def file_uri_path(uri):
         path = path[1:]
     if not path or "\x00" in path or not os.path.isabs(path):
         return None
-    return os.path.realpath(path)
+    return path
 
 
 def request_key(request_id):
@@ -1761,14 +1794,44 @@ def tool_context(call, args):
     else:
         result["session"] = None
     result["agent"] = call.agent(context)
-    import heapq
-    own = (pair for pair in enumerate(call.runs() if task else ()) if pair[1].get("task_id") == task["id"])
-    newest = heapq.nlargest(50, own, key=lambda pair: (str(pair[1].get("finished_at") or ""), pair[0]))
-    result["runs"] = [{"label": run.get("label"), "passed": run.get("passed") is True,
-                       "exit_code": run.get("exit_code"), "command": fold(run.get("command")),
-                       "finished_at": run.get("finished_at")} for _, run in newest]
+    newest, skipped = newest_runs(call.runs() if task else (), task)
+    result["runs"] = [{"label": run["label"], "passed": run.get("passed") is True,
+                       "exit_code": run["exit_code"], "command": fold(run["command"]),
+                       "finished_at": fold(run["finished_at"])} for run in newest]
+    result["runs_skipped"] = skipped
     result["config"] = call.config_report()
     return result
+
+
+def newest_runs(runs, task, count=50):
+    """(the `count` newest runs of the Task that `context` may show, newest
+    first; how many of the Task's runs it may not), holding no more than
+    `count` runs however long the file."""
+    import heapq
+    newest, skipped = [], 0
+    for index, run in enumerate(runs):
+        if run.get("task_id") != task["id"]:
+            continue
+        if not shown_run(run):
+            skipped += 1
+        elif len(newest) < count:
+            heapq.heappush(newest, (run["finished_at"], index, run))
+        else:
+            heapq.heappushpop(newest, (run["finished_at"], index, run))
+    return [run for _, _, run in sorted(newest, reverse=True)], skipped
+
+
+def shown_run(run):
+    """Whether `context` may show a line of runs.jsonl (§6 rule 20): a file
+    from a repository chooses every field, so only a label, exit code,
+    command and end time of the shapes `memprove run` writes are shown."""
+    exit_code = run.get("exit_code")
+    return RUN_LABEL.match(run["label"]) is not None and isinstance(exit_code, int) and \
+        not isinstance(exit_code, bool) and isinstance(run.get("command"), str) and \
+        isinstance(run.get("finished_at"), str)
+
+
+RUN_LABEL = Pattern(r"r[0-9]+\Z")
 
 
 def tool_tasks(call, args):
@@ -2174,6 +2237,7 @@ def checked(record, *fields):
 
 TASK_FIELDS = (("id", "id"), ("number", "number"), ("title", str), ("status", str))
 SESSION_FIELDS = (("id", "id"), ("number", "number"), ("agent", dict))
+RUN_FIELDS = (("label", str), ("command", str), ("exit_code", int), ("finished_at", str))
 
 
 def daemon_task(record):
@@ -2231,6 +2295,7 @@ TOOLS = [
                       agent=outputs({"name": STRING, "role": STRING, "name_from": STRING,
                                      "role_from": STRING}),
                       runs={"type": "array", "items": {"type": "object"}},
+                      runs_skipped=INTEGER,
                       config=outputs({"config_dir": STRING, "token_from": nullable(STRING),
                                       "token_file_mode": nullable(STRING),
                                       "data_dir": nullable(STRING), "data_dir_from": nullable(STRING),
@@ -2463,8 +2528,9 @@ class Call:
             data_dir, report["data_dir_from"] = data_directory(self.environ, self.config_dir)
             report["data_dir"] = data_dir
             report["daemon_url"] = read_daemon(data_dir)[0]
-        except Problem:
-            pass
+        except Problem as problem:
+            if problem.hint:             # §6 rule 19: there, but not to be believed
+                warnings.append(UNTRUSTED_DAEMON)
         if self.environ.get("MEMPROVE_TIMEOUT") and timeout_setting(self.environ) is None:
             warnings.append("MEMPROVE_TIMEOUT")
         if self.environ.get("MEMPROVE_PARENT_SESSION") and parent_setting(self.environ) is None:
@@ -2489,8 +2555,8 @@ class Call:
                     token_source(self.environ, self.config_dir)[1])
                 raise
             data_dir = data_directory(self.environ, self.config_dir)[0]
-            url, owner = read_daemon(data_dir)
-            self.daemon = DaemonClient(url, token, self.timeout(), owner)
+            self.daemon = DaemonClient(*read_daemon(data_dir), token=token,
+                                       timeout=self.timeout())
         return self.daemon.send(operation, path, query, body)
 
     def task_id(self, number, context):
@@ -2519,6 +2585,9 @@ class Call:
                 field(claim, "number", "number")
             for session in capsule["sessions"]:
                 checked(session, *SESSION_FIELDS)
+            for run in capsule["runs"]:
+                # §6 rule 21: an exit code of text could write a line of its own into the Pack.
+                checked(run, *RUN_FIELDS)
         except Problem:
             raise Problem("daemon_error", "Its Capsule could not be read.")
         return capsule
@@ -2647,17 +2716,54 @@ def data_directory(environ, config_dir):
     return os.path.abspath(os.path.join(config_dir, os.path.expanduser(line))), "config"
 
 
-def read_daemon(data_dir):
-    """(the daemon's URL, the uid owning daemon.json): the daemon's owner is the
-    one user the token may go to (contract.md §6 rule 17)."""
+def read_daemon(data_dir, platform=PLATFORM):
+    """(the daemon's URL, the uid its listener must belong to, whether that
+    owner must be confirmed): the token goes only to a daemon whose
+    daemon.json the user can trust (contract.md §6 rules 17 and 19)."""
     try:
+        directory = os.stat(data_dir)
         data, status = read_regular(os.path.join(data_dir, "daemon.json"), 65536)
+    except (OSError, ValueError):
+        raise Problem("daemon_unavailable")
+    doubt, confirm = daemon_file_doubt(directory, status, platform)
+    if doubt:
+        raise Problem("daemon_unavailable", doubt)
+    try:
         record = load_json(user_text(data, "strict"))
-    except (OSError, ValueError, RecursionError):
+    except (ValueError, RecursionError):
         raise Problem("daemon_unavailable")
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         raise Problem("daemon_unavailable")
-    return record["url"], status.st_uid
+    return record["url"], status.st_uid, confirm
+
+
+def daemon_file_doubt(directory, status, platform=PLATFORM):
+    """(why daemon.json is not believed, or None; whether its owner must be
+    confirmed as the listener's).  SSH's StrictModes for daemon.json (§6 rule
+    19): whoever can write it chooses where the token goes, so it and the data
+    directory holding it must be the user's or root's, or both one other
+    user's (a daemon's service account, believed only where that user is seen
+    to listen), and neither writable by group or others."""
+    if not PLATFORMS[platform]["posix_files"]:
+        return None, False
+    trusted = (os.geteuid(), 0)
+    service = directory.st_uid == status.st_uid and directory.st_uid not in trusted
+    if service and not PLATFORMS[platform]["socket_tables"]:
+        return DIRECTORY_OWNER % directory.st_uid, False   # no way to see who listens
+    for what, held in ((DIRECTORY_OWNER, directory), (FILE_OWNER, status)):
+        if held.st_uid not in trusted and not service:
+            return what % held.st_uid, False
+        if held.st_mode & 0o022:
+            writable = DIRECTORY_MODE if held is directory else FILE_MODE
+            return writable % (held.st_mode & 0o7777), False
+    return None, service
+
+
+UNTRUSTED_DAEMON = "daemon.json not trusted"     # context's config.warnings
+DIRECTORY_OWNER = "The data directory belongs to another user (uid %d)."
+FILE_OWNER = "The file daemon.json belongs to another user (uid %d)."
+DIRECTORY_MODE = "The data directory can be written by group or others (mode %04o)."
+FILE_MODE = "The file daemon.json can be written by group or others (mode %04o)."
 
 
 MAX_TIMEOUT = 86400.0                # contract.md §6 rule 7: a day at most
@@ -2776,12 +2882,21 @@ FOREIGN_MARKER = ".memprove owned by another user"
 
 def marker_owned(path):
     """True for a `.memprove/` directory of the user's (or root's), False for
-    another user's, None when there is no directory there."""
+    another user's, None when there is no directory there.
+
+    Judged by lstat (§6 rule 22): another user's link to a directory of
+    root's (`.memprove -> /etc`) is theirs, not root's.  A link of the user's
+    own to a directory still marks the Workspace, where it is refused as a
+    link (rule 14)."""
     import stat
     try:
-        status = os.stat(path)
+        status = os.lstat(path)
+        if is_link(status) and owned_by_user(status):
+            status = os.stat(path)
     except (OSError, ValueError):
         return None
+    if is_link(status):
+        return False
     if not stat.S_ISDIR(status.st_mode):
         return None
     return owned_by_user(status)
@@ -2946,13 +3061,13 @@ def context_is_sound(context):
 
 
 def names_workspace(context, root):
-    """Whether a context belongs to the Workspace at `root` (§6 rule 14).  A
-    context that records no root (written by hand, or by a tool that does not
-    record one) is taken as this Workspace's: only a different root is proof
-    that the file came from elsewhere."""
+    """Whether a context belongs to the Workspace at `root` (§6 rules 14 and
+    20).  Only a context that records this very root is this Workspace's: one
+    that records none may have come with a clone, and would make its agent
+    name and runs this Workspace's."""
     workspace = context.get("workspace")
     recorded = workspace.get("root") if isinstance(workspace, dict) else None
-    return not isinstance(recorded, str) or os.path.normcase(recorded) == os.path.normcase(root)
+    return isinstance(recorded, str) and os.path.normcase(recorded) == os.path.normcase(root)
 
 
 def is_record(record):
@@ -3271,11 +3386,12 @@ class LostAnswer(Exception):
 
 
 class DaemonClient:
-    def __init__(self, url, token, timeout, owner=None):
+    def __init__(self, url, owner=None, confirm=False, token=None, timeout=DEFAULT_TIMEOUT):
         self.host, self.port, self.addresses, self.base = check_daemon_url(url)
         self.token = token
         self.timeout = timeout
         self.owner = owner           # the uid the listener must belong to, if known
+        self.confirm = confirm       # a listener whose owner cannot be told is refused too
 
     def send(self, operation, path=None, query=None, body=None):
         method, template, is_write = OPERATIONS[operation]
@@ -3337,10 +3453,8 @@ class DaemonClient:
             try:
                 # A connection gone before a byte was sent (getpeername's ENOTCONN) is
                 # a lost answer like any other: nothing was written.
-                if self.owner is not None and \
-                        peer_owner(connection, deadline) not in (None, self.owner):
-                    # §6 rule 17: the daemon stopped and someone else took its port.
-                    raise Problem("daemon_address_refused", FOREIGN_LISTENER)
+                if self.owner is not None:
+                    self.check_listener(peer_owner(connection, deadline))
                 answer.settle_timeout()
                 connection.sendall(request)
                 return answer.read()
@@ -3350,6 +3464,14 @@ class DaemonClient:
                 raise LostAnswer("daemon_error")
         finally:
             connection.close()
+
+    def check_listener(self, listener):
+        """§6 rules 17 and 19: the token goes only to the owner of daemon.json."""
+        if listener is not None and listener != self.owner:
+            # The daemon stopped and someone else took its port.
+            raise Problem("daemon_address_refused", FOREIGN_LISTENER)
+        if listener is None and self.confirm:
+            raise Problem("daemon_unavailable", DIRECTORY_OWNER % self.owner)
 
 
 class Answer:
@@ -4125,7 +4247,8 @@ def doctor(options, platform=PLATFORM):
         if status == "fail":
             found["failed"].add(name)
         checks.append({"name": name, "status": status, "code": code,
-                       "detail": without_token(detail, found), "fix": without_token(fix, found)})
+                       "detail": one_line(without_token(detail, found)),
+                       "fix": one_line(without_token(fix, found))})
     failed = any(check["status"] == "fail" for check in checks)
     if options.get("json"):
         text = json_text({"ok": not failed, "checks": checks})
@@ -4141,6 +4264,14 @@ def doctor_lines(checks):
         yield "%-4s  %-10s  %s\n" % (check["status"], check["name"], check["detail"])
         if check["fix"] is not None:
             yield "      fix: %s\n" % check["fix"]
+
+
+def one_line(text):
+    """The last guard of one line per value (§6 rule 23), as without_token is
+    of the token: every value is shown through shown_path where it is put
+    into a line, and a line that still holds a control is shown whole
+    JSON-quoted rather than printed as it is."""
+    return text if text is None else shown_path(text)
 
 
 def without_token(text, found):
@@ -4213,7 +4344,7 @@ def fix(found, template, **values):
     """A line of the platform's shell: SHELLS' `template` with each value
     quoted as that shell quotes it (a name is inserted as it is)."""
     shell = found["shell"]
-    quoted = dict((key, value if key == "name" else shell["word"](value))
+    quoted = dict((key, value if key == "name" else shell_word(shell, value))
                   for key, value in values.items())
     return shell[template].format(**quoted)
 
@@ -4226,9 +4357,17 @@ def doctor_command(found, *words, **python):
     """This very program with `words`, as a line to paste into the shell;
     `python` names another interpreter (a command name, used as it is)."""
     shell = found["shell"]
-    interpreter = python.get("python") or shell["python"] or shell["word"](sys.executable)
-    line = shell["run"].format(python=interpreter, program=shell["word"](found["program"]))
-    return " ".join([line] + [shell["word"](word) for word in words])
+    interpreter = python.get("python") or shell["python"] or shell_word(shell, sys.executable)
+    line = shell["run"].format(python=interpreter, program=shell_word(shell, found["program"]))
+    return " ".join([line] + [shell_word(shell, word) for word in words])
+
+
+def shell_word(shell, value):
+    """A value as `shell` reads it back; one holding a control or a line
+    break JSON-quoted instead: no quoting of sh or PowerShell keeps it on one
+    line (§6 rule 23), and such a path is one to rename, not to paste."""
+    shown = shown_path(value)
+    return shell["word"](value) if shown is value else shown
 
 
 def print_config_line(found):
@@ -4247,7 +4386,7 @@ def print_config_line(found):
 def check_python(found):
     import platform
     detail = "Python %s (%s) at %s%s, bytecode: %s" % (
-        platform.python_version(), platform.python_implementation(), sys.executable,
+        platform.python_version(), platform.python_implementation(), shown_path(sys.executable),
         interpreter_origin(found), globals().get("BYTECODE_ORIGIN") or "source")
     if sys.version_info[:2] > NEWEST_TESTED:
         newest = "%d.%d" % NEWEST_TESTED
@@ -4269,7 +4408,7 @@ def interpreter_origin(found):
     if system_path:
         dock = shutil.which("python3", path=system_path)
         origin += "; a client started from the Dock runs a .pyz entry with %s (PATH %s)" % (
-            dock or "no python3", system_path)
+            shown_path(dock or "no python3"), system_path)
     return origin
 
 
@@ -4277,7 +4416,7 @@ def check_config_dir(found):
     directory, source = config_directory(found["options"].get("config_dir"), found["environ"],
                                          True, found["platform"])
     found["config_dir"] = directory
-    detail = "%s (from %s)" % (directory, source)
+    detail = "%s (from %s)" % (shown_path(directory), source)
     if not os.path.isdir(directory):
         return "warn", None, detail + " does not exist", fix(found, "mkdir", path=directory)
     return "ok", None, detail, None
@@ -4286,7 +4425,7 @@ def check_config_dir(found):
 def check_token(found):
     environ, config_dir = found["environ"], found["config_dir"]
     source, path = token_source(environ, config_dir)
-    where = source if path is None else "%s (%s)" % (source, path)
+    where = source if path is None else "%s (%s)" % (source, shown_path(path))
     try:
         token, too_open = read_token(environ, config_dir, found["platform"])
     except Problem as problem:
@@ -4304,21 +4443,22 @@ def token_failure(found, problem, source, path, where):
     point_at_file = fix(found, "set", name="MEMPROVE_TOKEN_FILE", value=example(found, "token"))
     if problem.code == "token_malformed":
         remedy = ("%s, and put the token on one line in %s" % (
-            fix(found, "unset", name="MEMPROVE_TOKEN"), own_file)
-            if path is None else "write the token again, alone on the first line of %s" % path)
+            fix(found, "unset", name="MEMPROVE_TOKEN"), shown_path(own_file))
+            if path is None else "write the token again, alone on the first line of %s"
+            % shown_path(path))
         return ("the token from %s has white space or a character outside printable ASCII"
                 % where, remedy)
     if source is None:
         return ("not set: MEMPROVE_TOKEN and MEMPROVE_TOKEN_FILE are empty and %s does not exist"
-                % own_file, point_at_file)
+                % shown_path(own_file), point_at_file)
     if path is None:
         return "MEMPROVE_TOKEN holds only white space", fix(found, "unset", name="MEMPROVE_TOKEN")
     reason = "is empty" if problem.hint == "The token file is empty." else "cannot be read"
     if source == "MEMPROVE_TOKEN_FILE":
-        return "MEMPROVE_TOKEN_FILE names %s, which %s" % (path, reason), point_at_file
+        return "MEMPROVE_TOKEN_FILE names %s, which %s" % (shown_path(path), reason), point_at_file
     private = found["shell"]["private"] and fix(found, "private", path=path)
-    return "%s %s" % (path, reason), "write the token into %s%s" % (
-        path, ", then: " + private if private else "")
+    return "%s %s" % (shown_path(path), reason), "write the token into %s%s" % (
+        shown_path(path), ", then: " + private if private else "")
 
 
 def check_data_dir(found):
@@ -4328,9 +4468,9 @@ def check_data_dir(found):
         data_dir, source = data_directory(environ, config_dir)
     except Problem:
         return ("fail", "data_dir_missing", "not set: MEMPROVE_DATA_DIR is empty and %s names none"
-                % os.path.join(config_dir, "data-dir"), set_it)
+                % shown_path(os.path.join(config_dir, "data-dir")), set_it)
     found["data_dir"] = data_dir
-    detail = "%s (from %s)" % (data_dir, source)
+    detail = "%s (from %s)" % (shown_path(data_dir), source)
     if not os.path.isdir(data_dir):
         remedy = set_it if source != "config" else fix(
             found, "write", value=example(found, "data_dir"),
@@ -4349,13 +4489,13 @@ def check_workspace(found):
     if workspace.problem:
         return ("fail", workspace.problem, "%s (found by %s)%s cannot be used: it does not exist, "
                 "is not a directory, or its path is not UTF-8"
-                % (workspace.root or "the start directory", workspace.found_by, ignored),
+                % (shown_path(workspace.root or "the start directory"), workspace.found_by, ignored),
                 elsewhere)
     root = found["root"] = workspace.root
-    detail = "%s (found by %s)%s" % (root, workspace.found_by, ignored)
+    detail = "%s (found by %s)%s" % (shown_path(root), workspace.found_by, ignored)
     if not workspace.marked and marker_owned(os.path.join(root, ".memprove")) is not False:
         return ("warn", None, detail + ", no .memprove/ yet (the first `begin` makes it)",
-                "call `begin` from your agent in %s" % root)
+                "call `begin` from your agent in %s" % shown_path(root))
     context, error = read_context(root)
     if error:
         path = os.path.join(root, ".memprove", "context.json")
@@ -4364,7 +4504,8 @@ def check_workspace(found):
         if error.hint == FOREIGN_DIRECTORY:
             remedy = elsewhere             # theirs to remove, not ours
         elif error.hint:
-            remedy = "remove what the detail names from %s" % os.path.join(root, ".memprove")
+            remedy = "remove what the detail names from %s" % shown_path(
+                os.path.join(root, ".memprove"))
         else:
             remedy = "call `begin` from your agent (it moves the file aside), or: " + \
                 fix(found, "move", path=path, target=path + ".bad")
@@ -4396,10 +4537,12 @@ def check_daemon(found):
     if missing:
         return "skip", None, "not tried: the %s check failed" % " and ".join(missing), None
     try:
-        url = read_daemon(found["data_dir"])[0]
+        url = shown_path(read_daemon(found["data_dir"], found["platform"])[0])
     except Problem as problem:
+        if problem.hint:
+            return ("fail", problem.code,) + untrusted_daemon(found, problem.hint)
         return ("fail", problem.code, "no readable daemon.json in %s: the daemon is not running"
-                % found["data_dir"], DAEMON_FIXES[problem.code])
+                % shown_path(found["data_dir"]), DAEMON_FIXES[problem.code])
     # The per-call object resolves and sends exactly as a tool call does: one
     # listTasks, a read, never retried, bounded by MEMPROVE_TIMEOUT.
     call = Call(found["options"], None)
@@ -4419,12 +4562,29 @@ def check_daemon(found):
             # §6 rule 17: the daemon stopped, and another user took its port.
             detail = "%s: another user listens there, so the token was not sent" % url
             remedy = DAEMON_FIXES["daemon_unavailable"]
+        elif problem.code == "daemon_unavailable" and problem.hint:
+            detail, remedy = untrusted_daemon(found, problem.hint)  # §6 rule 19, seen listening
         if problem.code in ("unauthenticated", "token_revoked"):
-            remedy += (", and put it in %s" % found["token_file"] if found.get("token_file")
+            remedy += (", and put it in %s" % shown_path(found["token_file"])
+                       if found.get("token_file")
                        else ": " + fix(found, "set", name="MEMPROVE_TOKEN", value="<the new token>"))
         return "fail", problem.code, detail, remedy
     return "ok", None, "%s answered listTasks for this Workspace: %d Task%s" % (
         url, len(tasks), "" if len(tasks) == 1 else "s"), None
+
+
+def untrusted_daemon(found, hint):
+    """(detail, fix) of a daemon.json that is not to be believed (§6 rule 19):
+    whoever could write it chose where the token would go."""
+    path = os.path.join(found["data_dir"], "daemon.json")
+    private = os.path.join(home_directory(found["environ"], found["platform"]), ".local",
+                           "share", "memprove")
+    detail = "%s is not believed, so the token was not sent: %s" % (
+        shown_path(path), hint[0].lower() + hint[1:])
+    remedy = "start the memprove daemon with a data directory of your own (%s), then %s" % (
+        fix(found, "mkdir", path=private),
+        fix(found, "set", name="MEMPROVE_DATA_DIR", value=private))
+    return detail, remedy
 
 
 def check_client(found):
@@ -4440,29 +4600,30 @@ def check_client(found):
             if found["shell"]["private"] else ""
         return ("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
                 % (place, holder), "remove it: the token belongs in %s%s; the entry to use "
-                "instead: %s" % (token_file, private, print_config_line(found)))
+                "instead: %s" % (shown_path(token_file), private, print_config_line(found)))
     command, args = entry["command"], entry["args"]
     if not command or not command_exists(command, found["environ"]):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
-                "not exist" % (place, command or "no command"), print_config_line(found))
+                "not exist" % (place, shown_path(command or "no command")), print_config_line(found))
     interpreter = INTERPRETER.match(os.path.basename(command))
     if not interpreter and PLATFORMS[found["platform"]]["interpreter_first"] and \
             command.lower().endswith(".pyz"):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s itself, "
-                "which Windows cannot start: it must name the interpreter" % (place, command),
+                "which Windows cannot start: it must name the interpreter" % (
+                    place, shown_path(command)),
                 print_config_line(found))
     program = args[0] if interpreter and args else command
     if interpreter and not os.path.exists(program):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
-                "not exist" % (place, program), print_config_line(found))
+                "not exist" % (place, shown_path(program)), print_config_line(found))
     if os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
         return ("warn", None, "the memprove entry in %s runs another copy of the server: %s"
-                % (place, program), print_config_line(found))
+                % (place, shown_path(program)), print_config_line(found))
     config_dir = entry_config_dir(entry)
     if config_dir is not None and \
             os.path.abspath(os.path.expanduser(config_dir)) != found.get("config_dir"):
         return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
-                % (place, config_dir), print_config_line(found))
+                % (place, shown_path(config_dir)), print_config_line(found))
     return "ok", None, "the memprove entry in %s runs this server" % place, None
 
 
@@ -4493,7 +4654,7 @@ def find_client_entry(name, found):
         if path is None:
             continue
         keys = tuple(root if key == "<root>" else key for key in prefix) + entry_keys(name)
-        label = "%s (projects[root])" % path if prefix else path
+        label = shown_path(path) + (" (projects[root])" if prefix else "")
         looked.append(label)
         if prefix and root is None:
             continue
@@ -4503,7 +4664,7 @@ def find_client_entry(name, found):
         for one in files:
             entry = read_client_entry(one, keys)
             if entry is not None:
-                return (label if one == path else one), entry, looked
+                return (label if one == path else shown_path(one)), entry, looked
     return None, None, looked
 
 

@@ -236,8 +236,60 @@ def test_data_dir_missing_or_empty(config, content):
 
 def test_daemon_url_read_from_daemon_json(tmp_path):
     write(tmp_path / "daemon.json", '{"url": "http://127.0.0.1:47311", "pid": 4242}')
-    url, owner = mp.read_daemon(str(tmp_path))
+    url, owner, confirm = mp.read_daemon(str(tmp_path))
     assert url == "http://127.0.0.1:47311" and owner == os.stat(str(tmp_path / "daemon.json")).st_uid
+    assert confirm is False         # the user's own file: no listener to confirm beyond rule 17's
+
+
+# daemon_file_doubt (contract.md §6 rule 19): the owners and modes of daemon.json and its
+# data directory, judged for each platform of the table (the e2e tests with real other
+# users are in tests/test_trust.py).
+
+ME, OTHER, THIRD = os.geteuid() if hasattr(os, "geteuid") else 1000, 54321, 54322
+
+
+def status(uid, mode):
+    return os.stat_result((mode, 0, 0, 1, uid, uid, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize("directory, daemon_file, expected", [
+    ((ME, 0o40700), (ME, 0o100600), (None, False)),
+    ((ME, 0o40755), (ME, 0o100644), (None, False)),
+    ((0, 0o40755), (0, 0o100644), (None, False)),                   # a root daemon
+    ((ME, 0o40700), (0, 0o100644), (None, False)),
+    ((OTHER, 0o40755), (OTHER, 0o100644), (None, True)),             # a service account
+    ((OTHER, 0o40755), (ME, 0o100644),
+     ("The data directory belongs to another user (uid 54321).", False)),
+    ((ME, 0o40700), (OTHER, 0o100644),
+     ("The file daemon.json belongs to another user (uid 54321).", False)),
+    ((OTHER, 0o40755), (THIRD, 0o100644),
+     ("The data directory belongs to another user (uid 54321).", False)),
+    ((ME, 0o41777), (ME, 0o100644),
+     ("The data directory can be written by group or others (mode 1777).", False)),
+    ((ME, 0o40775), (ME, 0o100644),
+     ("The data directory can be written by group or others (mode 0775).", False)),
+    ((ME, 0o40700), (ME, 0o100666),
+     ("The file daemon.json can be written by group or others (mode 0666).", False)),
+    ((OTHER, 0o40755), (OTHER, 0o100664),
+     ("The file daemon.json can be written by group or others (mode 0664).", False)),
+    ((0, 0o41777), (OTHER, 0o100644),                                # another user's, in /tmp
+     ("The data directory can be written by group or others (mode 1777).", False)),
+])
+def test_daemon_json_believed_only_from_the_user_root_or_one_service_account(
+        directory, daemon_file, expected):
+    assert mp.daemon_file_doubt(status(*directory), status(*daemon_file), "linux") == expected
+
+
+def test_a_service_account_is_refused_where_no_one_can_tell_who_listens():
+    # macOS lists no socket's owner (the platform table's socket_tables): a daemon.json of
+    # another user could never be confirmed, so it is never believed.
+    doubt = mp.daemon_file_doubt(status(OTHER, 0o40755), status(OTHER, 0o100644), "darwin")
+    assert doubt == ("The data directory belongs to another user (uid 54321).", False)
+
+
+def test_windows_has_no_owners_or_modes_to_judge():
+    assert mp.daemon_file_doubt(status(OTHER, 0o40777), status(THIRD, 0o100666), "win32") == \
+        (None, False)
 
 
 @pytest.mark.parametrize("content", [None, "not json", "[1, 2]", '{"url": 47311}', "directory",

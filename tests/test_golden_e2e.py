@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from conftest import TESTS, tool_value
+from conftest import TESTS, server_path, tool_value
 
 GOLDEN = TESTS / "golden"
 CASES = sorted(path.name[:-len(".capsule.json")] for path in GOLDEN.glob("*.capsule.json"))
@@ -40,7 +40,8 @@ def test_golden_pack_and_claims_through_the_server(name, era, start_server, daem
     task = capsule["capsule"]["task"]
     daemon.serve_capsule(task["id"], capsule)
     (workspace / ".memprove" / "context.json").write_text(json.dumps(
-        {"version": 1, "task": {"id": task["id"], "number": task["number"], "title": task["title"]},
+        {"version": 1, "workspace": {"id": "golden", "root": server_path(workspace)},
+         "task": {"id": task["id"], "number": task["number"], "title": task["title"]},
          "session": None}), encoding="utf-8")
     server = start_server(env=config.env())
     if era == "legacy":

@@ -140,7 +140,7 @@ def test_context_without_any_configuration(start_server, workspace, home):
     server.initialize(client="pytest-client")
     result = structured(server.call("context"))
     assert list(result) == ["task_id", "session_id", "workspace", "task", "session", "agent",
-                            "runs", "config"]
+                            "runs", "runs_skipped", "config"]
     assert result["workspace"] == {"root": server_path(workspace),
                                    "found_by": "working directory", "marked": True,
                                    "problem": None}

@@ -13,6 +13,7 @@ a `memprove run` in a shell and a tool call see each other at once.
                                               [--client NAME] [--workspace DIR]
     python3 memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR]
                                         [--client NAME] [--json]
+    python3 memprove_mcp.pyz mcp plugin DIR [--config-dir DIR] [--workspace DIR]
     python3 memprove_mcp.pyz --version | --help
 
 Two protocol eras are served side by side, decided for each message on its
@@ -38,9 +39,14 @@ The module reads top to bottom in the order data flows through it:
    12. mcp doctor                   the path from shell to ledger, checked, with fix
                                     lines for the platform's shell
 
-Only the standard library is used, from Python 3.6 on, and modules that
-only a tool call needs (json and re among them) are imported where they are
-used, so that start-up stays close to the interpreter's own.
+Only the standard library is used, from Python 3.6 on.  Importing the
+module loads `_thread`, `os`, `sys`, `time` and the json package's
+accelerator `_json` (where the interpreter has it), and nothing else:
+modules that only a tool call needs (json and re among them) are imported
+where they are used, so that start-up stays close to the interpreter's own.
+
+The rules the comments cite by file name (`contract.md §6 rule 17`,
+`tools.md`, `pack.md` ...) are the files of the repository's docs/ folder.
 """
 
 import _thread
@@ -104,6 +110,7 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   home               the variable that names the user's home to clients
 #   versioned_python   the command that runs a given Python version
 #   file_lock          how context.lock is locked: flock, or msvcrt's byte lock
+#   opener             the command that opens a file as a double-click would
 #   share_modes        a file another process has open cannot be opened or
 #                      replaced for a while: a refusal is waited out, not
 #                      reported (the C runtime's open gives no winerror, so
@@ -113,16 +120,17 @@ PLATFORMS = {
               "home": "HOME", "versioned_python": "python{0}",
               "posix_files": True, "drive_letters": False, "system_path": None,
               "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False,
-              "file_lock": "flock"},
+              "file_lock": "flock", "opener": "xdg-open"},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
                "home": "HOME", "versioned_python": "python{0}",
                "posix_files": True, "drive_letters": False,
                "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None,
-               "share_modes": False, "file_lock": "flock"},
+               "share_modes": False, "file_lock": "flock", "opener": "open"},
     "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
               "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
-              "socket_tables": None, "share_modes": True, "file_lock": "msvcrt"},
+              "socket_tables": None, "share_modes": True, "file_lock": "msvcrt",
+              "opener": "Invoke-Item"},
 }
 
 
@@ -142,7 +150,10 @@ INSTRUCTIONS = (
     "passed runs, and `end` your Session when you stop."
 )
 
-PROBLEMS = {
+# contract.md §4's table, in its two parts: the codes the server raises, and
+# the daemon's (a code from the daemon that is also the server's own is shown
+# with DAEMON_REFUSED, so that the agent is never told a local cause).
+SERVER_PROBLEMS = {
     "invalid_params": "The arguments do not match the tool's input schema.",
     "token_missing": "No token was found in MEMPROVE_TOKEN, MEMPROVE_TOKEN_FILE or the configuration directory.",
     "token_malformed": "The token has characters a bearer token cannot have.",
@@ -162,6 +173,8 @@ PROBLEMS = {
     "no_passed_runs": "The context has no passed run for this Task; record one with `memprove run`.",
     "runs_failing": "The latest run of a recorded command failed, so the Task cannot be completed.",
     "internal_error": "The server failed unexpectedly.",
+}
+DAEMON_PROBLEMS = {
     "unauthenticated": "The daemon did not accept the token.",
     "token_revoked": "The token has been revoked.",
     "scope_missing": "The token lacks a scope this tool needs.",
@@ -175,12 +188,8 @@ PROBLEMS = {
     "validation_failed": "The daemon rejected a field of the request.",
     "idempotency_key_reused": "The daemon saw that write key with a different request.",
 }
+PROBLEMS = dict(SERVER_PROBLEMS, **DAEMON_PROBLEMS)
 DAEMON_REFUSED = "The memprove daemon refused the request."
-# Codes the server raises itself (contract.md §4); the rest are the daemon's.
-SERVER_CODES = frozenset(code for code in PROBLEMS if code not in (
-    "unauthenticated", "token_revoked", "scope_missing", "role_forbidden", "not_found",
-    "claim_not_found", "claim_not_active", "session_not_open", "invalid_transition",
-    "evidence_invalid", "validation_failed", "idempotency_key_reused"))
 class Pattern:
     """A regular expression compiled when first used, so start-up imports no `re`."""
 
@@ -216,7 +225,7 @@ class Problem(Exception):
 
     def text(self):
         sentence = PROBLEMS.get(self.code, DAEMON_REFUSED)
-        if self.from_daemon and self.code in SERVER_CODES:
+        if self.from_daemon and self.code in SERVER_PROBLEMS:
             sentence = DAEMON_REFUSED   # the daemon's word, not one of the server's own problems
         if self.hint:
             return "%s: %s %s" % (self.code, sentence, self.hint)
@@ -233,6 +242,7 @@ usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
                                          [--workspace DIR]
        memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR] [--client NAME]
                                    [--json]
+       memprove_mcp.pyz mcp plugin DIR [--config-dir DIR] [--workspace DIR]
        memprove_mcp.pyz --version | --help
 
   mcp serve         serve MCP on standard input and output until end of input
@@ -240,6 +250,8 @@ usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
                     writes nothing
   mcp doctor        check the whole path from this shell to the ledger, as the next tool
                     call will take it, and say what to fix; writes nothing
+  mcp plugin DIR    write into DIR a kit that Claude Code, Codex, Gemini CLI and Claude
+                    Desktop install the server from, and print the commands that do it
   --config-dir DIR  the memprove configuration directory (token, data-dir)
   --workspace DIR   start the Workspace search in DIR (for a client whose working
                     directory is not the project)
@@ -272,15 +284,17 @@ def main(argv=None):
         return print_config(options)
     if command == "doctor":
         return doctor(options)
+    if command == "plugin":
+        return plugin(options)
     return serve(options)
 
 
-COMMANDS = ("serve", "print-config", "doctor")
+COMMANDS = ("serve", "print-config", "doctor", "plugin")
 # Every option: its key in `options`, the commands that take it, and what its
 # value must be (None for a flag).
 OPTIONS = {
-    "--config-dir": ("config_dir", ("serve", "print-config", "doctor"), "a directory"),
-    "--workspace": ("workspace", ("serve", "print-config", "doctor"), "a directory"),
+    "--config-dir": ("config_dir", ("serve", "print-config", "doctor", "plugin"), "a directory"),
+    "--workspace": ("workspace", ("serve", "print-config", "doctor", "plugin"), "a directory"),
     "--client": ("client", ("print-config", "doctor"), "a client name"),
     "--python": ("python", ("print-config",), None),
     "--json": ("json", ("doctor",), None),
@@ -294,12 +308,17 @@ def parse_command_line(argv):
         return "version", {}
     if len(argv) < 2 or argv[0] != "mcp" or argv[1] not in COMMANDS:
         raise UsageError("expected 'mcp serve', 'mcp print-config', 'mcp doctor', "
-                         "--version or --help")
+                         "'mcp plugin DIR', --version or --help")
     command, rest = argv[1], argv[2:]
     options = dict((key, None) for key, _, _ in OPTIONS.values())
+    options["folder"] = None
     while rest:
         word = rest.pop(0)
         name = word.partition("=")[0]
+        if command == "plugin" and options["folder"] is None and word and \
+                not word.startswith("-"):
+            options["folder"] = word         # the one word `mcp plugin` takes
+            continue
         if name not in OPTIONS or command not in OPTIONS[name][1]:
             raise UsageError("unexpected argument for 'mcp %s'" % command)
         key, _, needs = OPTIONS[name]
@@ -315,6 +334,8 @@ def parse_command_line(argv):
     if options["client"] is not None and options["client"] not in CLIENTS:
         # The names, never the value typed: it may hold anything, a newline too.
         raise UsageError("--client must be one of: %s" % ", ".join(CLIENT_NAMES))
+    if command == "plugin" and options["folder"] is None:
+        raise UsageError("'mcp plugin' needs the folder to write the kit into")
     return command, options
 
 
@@ -784,6 +805,289 @@ def yaml_text(document):
 
 
 WRITERS = {"json": json_text, "toml": toml_text, "yaml": yaml_text}
+
+
+# -- mcp plugin: one folder each client installs the server from ---------------
+# plugin.md: the kit is written on the user's own machine, so every entry can
+# name this interpreter by its path, and the .pyz through the root variable of
+# the client that installed it (servers start in the session's directory, so
+# a relative path would not do).  Each client reads only its own files of the
+# folder, so each ends with exactly one `memprove` server.  A kit is one row of
+# KIT_FILES per file; a client's server entry is one row of KIT_SERVERS.
+
+KIT_NAME = "memprove"                  # the marketplace's, the plugin's and the extension's
+KIT_ARCHIVE = "memprove_mcp.pyz"
+KIT_DESCRIPTION = ("The memprove ledger for coding agents: resume a Task from its Pack, record "
+                   "what you learn and decide, complete it on passed test runs.")
+AGENT_PLUGINS_SCHEMA = "https://agent-plugins.org/schemas/1.0.0/"
+
+
+def kit_server(root_variable, stdio_type=False):
+    """The server entry of a kit file: this interpreter, the kit's .pyz
+    through the client's `root_variable`, and print-config's arguments."""
+    def shape(kit):
+        entry = {"type": "stdio"} if stdio_type else {}
+        entry["command"] = kit["python"]
+        entry["args"] = [root_variable + KIT_ARCHIVE] + kit["args"]
+        entry["env"] = {"MEMPROVE_CONFIG_DIR": kit["config_dir"]}
+        return entry
+    return shape
+
+
+# Each client the kit installs in: its server entry, and what it expands in a
+# value (refused in a path, as print-config refuses it).
+KIT_SERVERS = {
+    "claude-code": (kit_server("${CLAUDE_PLUGIN_ROOT}/", stdio_type=True), ("${",)),
+    "codex": (kit_server("${PLUGIN_ROOT}/"), ("${",)),
+    "gemini": (kit_server("${extensionPath}${/}"), ("$",)),
+    "claude-desktop": (kit_server("${__dirname}/"), ("${",)),
+}
+
+
+def kit_marketplace(kit):
+    # Claude Code and Codex read the same local marketplace.
+    return {"name": KIT_NAME, "owner": {"name": KIT_NAME},
+            "plugins": [{"name": KIT_NAME, "source": "./" + KIT_NAME,
+                         "description": KIT_DESCRIPTION, "version": kit["version"]}]}
+
+
+def kit_claude_plugin(kit):
+    return {"name": KIT_NAME, "version": kit["version"], "description": KIT_DESCRIPTION}
+
+
+def kit_claude_servers(kit):
+    return {"mcpServers": {KIT_NAME: KIT_SERVERS["claude-code"][0](kit)}}
+
+
+def kit_agent_plugin(kit):
+    return {"$schema": AGENT_PLUGINS_SCHEMA + "plugin.schema.json", "name": KIT_NAME,
+            "version": kit["version"], "description": KIT_DESCRIPTION}
+
+
+def kit_agent_servers(kit):
+    return {"$schema": AGENT_PLUGINS_SCHEMA + "mcp.schema.json",
+            "mcpServers": {KIT_NAME: KIT_SERVERS["codex"][0](kit)}}
+
+
+def kit_gemini_extension(kit):
+    return {"name": KIT_NAME, "version": kit["version"],
+            "mcpServers": {KIT_NAME: KIT_SERVERS["gemini"][0](kit)}}
+
+
+def kit_bundle_manifest(kit):
+    """Claude Desktop's MCP Bundle manifest (mcpb 0.3): the bundle is made on
+    this machine for this machine, so its command is this interpreter."""
+    server = KIT_SERVERS["claude-desktop"][0](kit)
+    return {"manifest_version": "0.3", "name": KIT_NAME, "version": kit["version"],
+            "description": KIT_DESCRIPTION, "author": {"name": KIT_NAME},
+            "server": {"type": "python", "entry_point": KIT_ARCHIVE,
+                       "mcp_config": {"command": server["command"], "args": server["args"],
+                                      "env": server["env"]}},
+            "compatibility": {"platforms": [PLATFORM],
+                              "runtimes": {"python": ">=3.6"}}}
+
+
+def kit_readme(kit):
+    return KIT_README.format(version=kit["version"], commands=kit["commands"])
+
+
+KIT_README = """\
+# memprove, as a plugin
+
+This folder was written by `memprove_mcp.pyz mcp plugin` (version {version}) for
+this machine: every entry names its interpreter by its path and the configuration
+directory the server reads its token from. Clients read the folder in place: keep
+it where it is; write it again (the same command) to update it.
+
+{commands}"""
+
+
+def json_file(build):
+    return lambda kit: (json_text(build(kit))).encode("utf-8")
+
+
+def bundle_file(kit):
+    return zip_bytes([("manifest.json", json_file(kit_bundle_manifest)(kit)),
+                      (KIT_ARCHIVE, kit["archive"])])
+
+
+# Every file of the kit, by its path in the folder, and what makes its bytes.
+KIT_FILES = (
+    ((".claude-plugin", "marketplace.json"), json_file(kit_marketplace)),
+    ((KIT_NAME, ".claude-plugin", "plugin.json"), json_file(kit_claude_plugin)),
+    ((KIT_NAME, ".mcp.json"), json_file(kit_claude_servers)),
+    ((KIT_NAME, "plugin.json"), json_file(kit_agent_plugin)),
+    ((KIT_NAME, "mcp.json"), json_file(kit_agent_servers)),
+    ((KIT_NAME, "gemini-extension.json"), json_file(kit_gemini_extension)),
+    ((KIT_NAME, KIT_ARCHIVE), lambda kit: kit["archive"]),
+    ((KIT_NAME, "README.md"), lambda kit: kit_readme(kit).encode("utf-8")),
+    ((KIT_NAME + ".mcpb",), bundle_file),
+)
+
+
+def zip_bytes(entries):
+    """A zip of (name, bytes) entries that is the same for the same entries on
+    every Python and zlib: build_zipapp.py's fixed date, host and mode, and
+    stored rather than deflated (the .pyz is compressed already, and deflate's
+    output may change with the zlib a Python carries)."""
+    import io
+    import zipfile
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as bundle:
+        for name, data in sorted(entries):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.create_system = 3
+            info.external_attr = 0o644 << 16
+            bundle.writestr(info, data)
+    return buffer.getvalue()
+
+
+def plugin(options):
+    """Write the kit into options["folder"] and print how to install it."""
+    folder = os.path.abspath(os.path.expanduser(options["folder"]))
+    try:
+        kit = kit_values(options, folder)
+        refusal = kit_refusal(kit, folder)
+    except ValueError as error:
+        refusal = str(error)
+    if refusal:
+        sys.stderr.write("memprove-mcp: %s\n" % refusal)
+        return 1
+    try:
+        write_kit(kit, folder)
+    except OSError as error:
+        sys.stderr.write("memprove-mcp: the kit could not be written in %s (%s); nothing "
+                         "changed there.\n" % (shown_path(folder), error.strerror or "error"))
+        return 1
+    write_stdout_bytes(kit["commands"].encode("utf-8"))
+    return 0
+
+
+def kit_values(options, folder):
+    """What every file of the kit is made from; ValueError (its message the
+    line to print) when it cannot be made here."""
+    loader = globals().get("__loader__")
+    if not getattr(loader, "archive", None):
+        raise ValueError("mcp plugin copies the .pyz it runs from: run it as "
+                         "`python3 memprove_mcp.pyz mcp plugin DIR`.")
+    import hashlib
+    with open(loader.archive, "rb") as handle:
+        archive = handle.read()
+    config_dir = utf8_text(config_directory(options.get("config_dir"), os.environ))
+    args = ["mcp", "serve", "--config-dir", config_dir]
+    workspace = options.get("workspace")
+    if workspace:
+        args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
+    kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
+           "args": args, "archive": archive,
+           # The archive's bytes decide it, so an update is seen as one.
+           "version": "%s+%s" % (VERSION, hashlib.sha256(archive).hexdigest()[:12])}
+    kit["commands"] = kit_commands(folder, kit["version"])
+    return kit
+
+
+def kit_refusal(kit, folder):
+    """The line that refuses to write the kit, or None."""
+    for value in [kit["python"], kit["config_dir"]] + kit["args"] + [folder]:
+        try:
+            reject_surrogates(value)
+        except ValueError:
+            return "%s is not valid UTF-8; no client could read it." % shown_path(value)
+        for client, (_, expands) in KIT_SERVERS.items():
+            marker = next((marker for marker in expands if marker in value), None)
+            if marker and value != folder:
+                return ("%s holds %s, which %s would expand in its configuration; use a "
+                        "path without it." % (shown_path(value), marker, client))
+    return kit_folder_refusal(folder)
+
+
+def kit_folder_refusal(folder):
+    """Why the kit may not be written into `folder`, or None: it must not
+    exist, be empty, or hold an earlier kit (plugin.md)."""
+    try:
+        entries = os.listdir(folder)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "%s is not a folder the kit can be written into." % shown_path(folder)
+    if not entries or earlier_kit(folder):
+        return None
+    return ("%s holds other files: give a new or empty folder, or one an earlier "
+            "`mcp plugin` wrote." % shown_path(folder))
+
+
+def earlier_kit(folder):
+    """Whether `folder` holds a kit: its marketplace names memprove."""
+    try:
+        data = read_regular(os.path.join(folder, ".claude-plugin", "marketplace.json"), 65536)[0]
+        marketplace = load_json(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(marketplace, dict) and marketplace.get("name") == KIT_NAME
+
+
+def write_kit(kit, folder):
+    """Write the kit beside `folder` and rename it into place, so that no
+    client ever reads half a kit; an earlier kit (or an empty folder) is
+    moved aside first and removed after."""
+    import shutil
+    import tempfile
+    parent = os.path.dirname(folder)
+    fresh = tempfile.mkdtemp(prefix=".memprove-kit-", dir=parent)
+    try:
+        for parts, make in KIT_FILES:
+            path = os.path.join(fresh, *parts)
+            if not os.path.isdir(os.path.dirname(path)):
+                os.makedirs(os.path.dirname(path))
+            with open(path, "wb") as handle:
+                handle.write(make(kit))
+        os.chmod(fresh, 0o755)           # mkdtemp's 0700 would hide the kit from a client's user
+        old = None
+        if os.path.lexists(folder):
+            old = tempfile.mkdtemp(prefix=".memprove-kit-old-", dir=parent)
+            os.rename(folder, os.path.join(old, "kit"))
+        try:
+            os.rename(fresh, folder)
+        except OSError:
+            if old:
+                os.rename(os.path.join(old, "kit"), folder)
+            raise
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+# What standard output says after the kit is written: per client, the
+# commands that install it, in the platform's shell; then those that update
+# a client to a kit written again.  {folder}, {extension} and {bundle} are
+# the kit's paths, quoted for that shell.
+KIT_INSTALL = (
+    ("Claude Code", ("claude plugin marketplace add {folder}",
+                     "claude plugin install memprove@memprove")),
+    ("Codex CLI", ("codex plugin marketplace add {folder}", "codex plugin add memprove@memprove")),
+    ("Gemini CLI", ("gemini extensions install {extension} --consent",)),
+    ("Claude Desktop", ("{open} {bundle}",)),
+)
+KIT_UPDATE = ("claude plugin marketplace update memprove", "claude plugin update memprove@memprove",
+              "codex plugin add memprove@memprove", "gemini extensions update memprove")
+
+
+def kit_commands(folder, version, platform=PLATFORM):
+    shell = SHELLS[PLATFORMS[platform]["shell"]]
+    paths = {"folder": shell_word(shell, folder),
+             "extension": shell_word(shell, os.path.join(folder, KIT_NAME)),
+             "bundle": shell_word(shell, os.path.join(folder, KIT_NAME + ".mcpb")),
+             "open": PLATFORMS[platform]["opener"]}
+    lines = ["The memprove kit, version %s, is in %s." % (version, shown_path(folder)),
+             "The clients read it in place: keep the folder where it is.", ""]
+    for client, commands in KIT_INSTALL:
+        lines.append(client + ":")
+        lines += ["  " + command.format(**paths) for command in commands]
+    lines.append("To update after writing the kit again:")
+    lines += ["  " + command for command in KIT_UPDATE]
+    return "\n".join(lines) + "\n"
 
 
 def serve(options):

@@ -28,6 +28,39 @@ def one_stderr_line(done):
     return text
 
 
+# -- what importing the module costs ---------------------------------------------
+
+def docstring_imports():
+    """The modules the module's docstring says importing it loads."""
+    import ast
+    docstring = ast.get_docstring(ast.parse((REPO / "memprove_mcp.py").read_text(encoding="utf-8")))
+    sentence = re.search(r"Importing the\s+module loads (.*?):", docstring, re.S).group(1)
+    return re.findall(r"`(\w+)`", sentence)
+
+
+def test_importing_the_module_loads_only_what_its_docstring_says(server_python, make_env,
+                                                                   workspace, tmp_path):
+    named = docstring_imports()
+    folder = tmp_path / "module"       # under /tmp, where every interpreter of the tiers can read
+    folder.mkdir()
+    (folder / "memprove_mcp.py").write_bytes((REPO / "memprove_mcp.py").read_bytes())
+    assert {"os", "sys", "_json"} <= set(named), named
+    # In an interpreter without site (which would load much more first): what the named
+    # modules bring with them (os brings stat, posixpath...) is the baseline.
+    probe = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+             "for name in sys.argv[2:]:\n"
+             "    try: __import__(name)\n"
+             "    except ImportError: pass\n"
+             "before = set(sys.modules)\n"
+             "import memprove_mcp\n"
+             "print(' '.join(sorted(set(sys.modules) - before - {'memprove_mcp'})))\n")
+    done = subprocess.run([server_python, "-I", "-S", "-c", probe, server_path(folder)] + named,
+                          env=make_env(), cwd=str(workspace), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().split() == []
+
+
 # -- --version and --help -------------------------------------------------------
 
 def test_version(pyz, server_python, make_env, start_server, workspace):

@@ -1033,6 +1033,8 @@ def write_kit(kit, folder):
     import shutil
     import tempfile
     parent = os.path.dirname(folder)
+    if not os.path.isdir(parent):
+        os.makedirs(parent)
     fresh = tempfile.mkdtemp(prefix=".memprove-kit-", dir=parent)
     try:
         for parts, make in KIT_FILES:
@@ -1041,7 +1043,11 @@ def write_kit(kit, folder):
                 os.makedirs(os.path.dirname(path))
             with open(path, "wb") as handle:
                 handle.write(make(kit))
-        os.chmod(fresh, 0o755)           # mkdtemp's 0700 would hide the kit from a client's user
+        # A folder as any other the user makes: mkdtemp's 0700 would hide the kit from the
+        # other users of a workstation an administrator seeds it for.
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(fresh, 0o777 & ~mask)
         old = None
         if os.path.lexists(folder):
             old = tempfile.mkdtemp(prefix=".memprove-kit-old-", dir=parent)

@@ -1,0 +1,295 @@
+"""`mcp plugin DIR` (docs/plugin.md) through the built .pyz: the kit's files, their entries,
+the version, the folders it refuses and replaces, the commands it prints, per platform.
+
+That the clients themselves install the kit and reach the server from it is shown by the
+interop tier (tests/interop/test_plugin_kit.py); here the kit is read as files.
+"""
+
+import hashlib
+import io
+import json
+import os
+import re
+import zipfile
+
+import pytest
+
+from conftest import REPO, run_cli, server_path, snapshot
+
+KIT_FILES = {
+    ".claude-plugin/marketplace.json",
+    "memprove/.claude-plugin/plugin.json",
+    "memprove/.mcp.json",
+    "memprove/plugin.json",
+    "memprove/mcp.json",
+    "memprove/gemini-extension.json",
+    "memprove/memprove_mcp.pyz",
+    "memprove/README.md",
+    "memprove.mcpb",
+}
+# The server entry of each client's file: where it is, the keys down to it, and the
+# root variable through which it names the .pyz.
+SERVER_ENTRIES = {
+    "claude-code": ("memprove/.mcp.json", ("mcpServers", "memprove"), "${CLAUDE_PLUGIN_ROOT}/"),
+    "codex": ("memprove/mcp.json", ("mcpServers", "memprove"), "${PLUGIN_ROOT}/"),
+    "gemini": ("memprove/gemini-extension.json", ("mcpServers", "memprove"),
+               "${extensionPath}${/}"),
+}
+VERSIONED = ("memprove/.claude-plugin/plugin.json", "memprove/plugin.json",
+             "memprove/gemini-extension.json")
+HEADINGS = ("Claude Code:", "Codex CLI:", "Gemini CLI:", "Claude Desktop:",
+            "To update after writing the kit again:")
+
+
+def write_kit(python, pyz, folder, env, cwd, *options):
+    return run_cli(python, pyz, ["mcp", "plugin", folder] + list(options), env, cwd)
+
+
+def kit_files(folder):
+    return sorted(str(path.relative_to(folder)).replace(os.sep, "/")
+                  for path in folder.rglob("*") if path.is_file())
+
+
+def read_json(folder, name):
+    return json.loads((folder / name).read_text(encoding="utf-8"))
+
+
+def bundle(folder):
+    with zipfile.ZipFile(str(folder / "memprove.mcpb")) as archive:
+        return dict((info.filename, (info, archive.read(info))) for info in archive.infolist())
+
+
+def blocks(stdout):
+    """{heading: [command, ...]} of the printed commands, and the lines before them."""
+    found, current, preface = {}, None, []
+    for line in stdout.splitlines():
+        if line in HEADINGS:
+            current = found.setdefault(line, [])
+        elif current is not None and line.startswith("  "):
+            current.append(line[2:])
+        elif current is None:
+            preface.append(line)
+        else:
+            raise AssertionError("a line outside any block: %r" % line)
+    return found, preface
+
+
+@pytest.fixture
+def kit_config(tmp_path):
+    directory = tmp_path / "config"
+    directory.mkdir()
+    return directory
+
+
+# -- the files ---------------------------------------------------------------------
+
+def test_the_kit_holds_exactly_the_files_of_plugin_md(pyz, server_python, make_env, tmp_path,
+                                                     kit_config):
+    folder = tmp_path / "kit"
+    done = write_kit(server_python, pyz, folder, make_env(), tmp_path,
+                     "--config-dir", kit_config)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b""
+    assert kit_files(folder) == sorted(KIT_FILES)
+    assert (folder / "memprove" / "memprove_mcp.pyz").read_bytes() == pyz.read_bytes()
+    assert sorted(bundle(folder)) == ["manifest.json", "memprove_mcp.pyz"]
+    assert bundle(folder)["memprove_mcp.pyz"][1] == pyz.read_bytes()
+    # Nothing of the writing is left beside the kit.
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["config", "home", "kit"]
+
+
+def test_every_entry_names_this_interpreter_and_the_pyz_through_the_clients_root(
+        pyz, server_python, make_env, tmp_path, kit_config):
+    folder = tmp_path / "kit"
+    env = make_env()
+    assert write_kit(server_python, pyz, folder, env, tmp_path, "--config-dir", kit_config,
+                     "--workspace", tmp_path).returncode == 0
+    python = interpreter(server_python, env)
+    config_dir = server_path(kit_config, server_python)
+    tail = ["mcp", "serve", "--config-dir", config_dir, "--workspace",
+            server_path(tmp_path, server_python)]
+    for client, (name, keys, root) in SERVER_ENTRIES.items():
+        entry = read_json(folder, name)
+        for key in keys:
+            entry = entry[key]
+        assert entry["command"] == python, client
+        assert os.path.isabs(entry["command"]) or re.match(r"[A-Za-z]:\\", entry["command"])
+        assert entry["args"] == [root + "memprove_mcp.pyz"] + tail, client
+        assert entry["env"] == {"MEMPROVE_CONFIG_DIR": config_dir}, client
+        assert "cwd" not in entry, client   # the server finds the Workspace from where it starts
+    manifest = json.loads(bundle(folder)["manifest.json"][1].decode("utf-8"))
+    mcp_config = manifest["server"]["mcp_config"]
+    assert mcp_config["command"] == python
+    assert mcp_config["args"] == ["${__dirname}/memprove_mcp.pyz"] + tail
+    assert mcp_config["env"] == {"MEMPROVE_CONFIG_DIR": config_dir}
+    assert manifest["server"]["entry_point"] == "memprove_mcp.pyz"
+
+
+def interpreter(python, env):
+    import subprocess
+    done = subprocess.run([str(python), "-c", "import os, sys; print(os.path.abspath(sys.executable))"],
+                          env=env, stdout=subprocess.PIPE, timeout=60, cwd="/tmp")
+    return done.stdout.decode().strip()
+
+
+def test_the_kit_holds_no_token_no_data_directory_and_no_value_from_the_environment(
+        pyz, newest_python, make_env, tmp_path, kit_config, plant):
+    token, data_dir, token_file, other = (plant("TOKEN"), plant("DATA"), plant("TOKENFILE"),
+                                          plant("WORKSPACE"))
+    env = make_env({"MEMPROVE_TOKEN": token, "MEMPROVE_DATA_DIR": "/tmp/" + data_dir,
+                    "MEMPROVE_TOKEN_FILE": "/tmp/" + token_file, "MEMPROVE_WORKSPACE": "/tmp/" + other,
+                    "MEMPROVE_AGENT_NAME": plant("AGENT")})
+    folder = tmp_path / "kit"
+    done = write_kit(newest_python, pyz, folder, env, tmp_path, "--config-dir", kit_config)
+    assert done.returncode == 0, done.stderr
+    everything = b"".join(path.read_bytes() for path in folder.rglob("*") if path.is_file())
+    everything += b"".join(data for _, data in bundle(folder).values())
+    everything += done.stdout + done.stderr
+    for value in (token, data_dir, token_file, other):
+        assert value.encode() not in everything
+
+
+def test_the_version_follows_the_archives_bytes(pyz, newest_python, make_env, tmp_path,
+                                                kit_config, server_version):
+    folder = tmp_path / "kit"
+    assert write_kit(newest_python, pyz, folder, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    version = "%s+%s" % (server_version, hashlib.sha256(pyz.read_bytes()).hexdigest()[:12])
+    for name in VERSIONED:
+        assert read_json(folder, name)["version"] == version, name
+    assert read_json(folder, ".claude-plugin/marketplace.json")["plugins"][0]["version"] == version
+    assert json.loads(bundle(folder)["manifest.json"][1].decode())["version"] == version
+    # Another archive (one byte more), another version.
+    other = tmp_path / "other.pyz"
+    other.write_bytes(pyz.read_bytes() + b"\0")
+    again = tmp_path / "again"
+    assert write_kit(newest_python, other, again, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    assert read_json(again, VERSIONED[0])["version"] != version
+
+
+def test_the_bundle_is_the_same_zip_every_time(pyz, newest_python, make_env, tmp_path,
+                                               kit_config):
+    made = []
+    for name in ("one", "two"):
+        assert write_kit(newest_python, pyz, tmp_path / name, make_env(), tmp_path,
+                         "--config-dir", kit_config).returncode == 0
+        made.append((tmp_path / name / "memprove.mcpb").read_bytes())
+    assert made[0] == made[1]
+    for info, _ in bundle(tmp_path / "one").values():
+        assert info.date_time == (1980, 1, 1, 0, 0, 0)
+        assert info.compress_type == zipfile.ZIP_STORED
+        assert info.external_attr == 0o644 << 16
+
+
+# -- the folder ----------------------------------------------------------------------
+
+def test_an_empty_folder_or_an_earlier_kit_is_replaced_whole(pyz, newest_python, make_env,
+                                                              tmp_path, kit_config):
+    folder = tmp_path / "kit"
+    folder.mkdir()
+    assert write_kit(newest_python, pyz, folder, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    (folder / "memprove" / "left-from-before.txt").write_text("stale")
+    (folder / "memprove" / "memprove_mcp.pyz").write_bytes(b"an older archive")
+    done = write_kit(newest_python, pyz, folder, make_env(), tmp_path, "--config-dir", kit_config)
+    assert done.returncode == 0, done.stderr
+    assert kit_files(folder) == sorted(KIT_FILES)
+    assert (folder / "memprove" / "memprove_mcp.pyz").read_bytes() == pyz.read_bytes()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["config", "home", "kit"]
+
+
+@pytest.mark.parametrize("what", ["a file", "another folder", "a file in place of DIR",
+                                  "a marketplace of another name"])
+def test_a_folder_that_is_neither_new_empty_nor_a_kit_is_refused_and_nothing_written(
+        pyz, newest_python, make_env, tmp_path, kit_config, what):
+    folder = tmp_path / "kit"
+    if what == "a file in place of DIR":
+        folder.write_text("mine")
+    else:
+        folder.mkdir()
+        if what == "a file":
+            (folder / "notes.txt").write_text("mine")
+        elif what == "another folder":
+            (folder / "src").mkdir()
+        else:
+            (folder / ".claude-plugin").mkdir()
+            (folder / ".claude-plugin" / "marketplace.json").write_text('{"name": "tools"}')
+    before = snapshot(tmp_path)
+    done = write_kit(newest_python, pyz, folder, make_env(), tmp_path, "--config-dir", kit_config)
+    assert done.returncode == 1
+    assert done.stdout == b""
+    assert done.stderr.count(b"\n") == 1 and done.stderr.startswith(b"memprove-mcp: ")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("value, marker", [("cfg-${HOME}", "${"), ("cfg-$HOME", "$")])
+def test_a_path_a_client_would_expand_is_refused(pyz, newest_python, make_env, tmp_path, value,
+                                                 marker):
+    before = snapshot(tmp_path)
+    done = write_kit(newest_python, pyz, tmp_path / "kit", make_env(), tmp_path,
+                     "--config-dir", tmp_path / value)
+    assert done.returncode == 1 and done.stdout == b""
+    line = done.stderr.decode()
+    assert line.count("\n") == 1 and marker in line and "expand" in line
+    assert snapshot(tmp_path) == before
+
+
+def test_run_from_source_it_says_it_copies_the_pyz(newest_python, make_env, tmp_path, kit_config):
+    done = run_cli(newest_python, REPO / "memprove_mcp.py",
+                   ["mcp", "plugin", tmp_path / "kit", "--config-dir", kit_config],
+                   make_env(), tmp_path)
+    assert done.returncode == 1 and done.stdout == b""
+    assert b".pyz" in done.stderr and done.stderr.count(b"\n") == 1
+    assert not (tmp_path / "kit").exists()
+
+
+@pytest.mark.parametrize("args", [["mcp", "plugin"], ["mcp", "plugin", "a", "b"],
+                                  ["mcp", "plugin", "kit", "--python"],
+                                  ["mcp", "plugin", "kit", "--client", "codex"]])
+def test_usage_errors(pyz, newest_python, make_env, tmp_path, args):
+    done = run_cli(newest_python, pyz, args, make_env(), tmp_path)
+    assert done.returncode == 2 and done.stdout == b""
+    assert done.stderr.count(b"\n") == 1
+    assert not (tmp_path / "kit").exists()
+
+
+# -- standard output -----------------------------------------------------------------
+
+def test_standard_output_gives_each_clients_commands_for_this_shell(
+        pyz, newest_python, make_env, tmp_path, kit_config):
+    folder = tmp_path / "my kits" / "memprove kit"        # spaces: quoted as sh quotes
+    folder.parent.mkdir()
+    done = write_kit(newest_python, pyz, folder, make_env(), tmp_path, "--config-dir", kit_config)
+    assert done.returncode == 0, done.stderr
+    found, preface = blocks(done.stdout.decode("utf-8"))
+    quoted = "'%s'" % folder
+    assert found == {
+        "Claude Code:": ["claude plugin marketplace add " + quoted,
+                         "claude plugin install memprove@memprove"],
+        "Codex CLI:": ["codex plugin marketplace add " + quoted,
+                       "codex plugin add memprove@memprove"],
+        "Gemini CLI:": ["gemini extensions install '%s' --consent" % (folder / "memprove")],
+        "Claude Desktop:": ["xdg-open '%s'" % (folder / "memprove.mcpb")],
+        "To update after writing the kit again:": found["To update after writing the kit again:"],
+    }
+    assert found["To update after writing the kit again:"]
+    assert any("in place" in line and "keep" in line for line in preface)
+    # The kit's README carries the same commands.
+    readme = (folder / "memprove" / "README.md").read_text(encoding="utf-8")
+    assert done.stdout.decode("utf-8") in readme
+
+
+def test_windows_python_writes_the_kit_and_powershell_commands(pyz, windows_python, make_env,
+                                                               tmp_path, kit_config):
+    folder = tmp_path / "my kit"
+    env = make_env()
+    done = write_kit(windows_python, pyz, folder, env, tmp_path, "--config-dir", kit_config)
+    assert done.returncode == 0, done.stderr
+    found, _ = blocks(done.stdout.decode("utf-8"))
+    windows_folder = server_path(folder, windows_python)
+    assert found["Claude Code:"][0] == "claude plugin marketplace add '%s'" % windows_folder
+    assert found["Claude Desktop:"] == ["Invoke-Item '%s\\memprove.mcpb'" % windows_folder]
+    entry = read_json(folder, "memprove/.mcp.json")["mcpServers"]["memprove"]
+    assert entry["command"].lower().endswith("python.exe"), entry
+    assert entry["args"][0] == "${CLAUDE_PLUGIN_ROOT}/memprove_mcp.pyz"

@@ -2,7 +2,7 @@
 
 No subprocess, no daemon: the functions of memprove_mcp.py's sections 5 and 8
 are called directly.  Every expected value is written out by hand from
-shared/spec/contract.md (§1 configuration, §2 Workspace) and shared/spec/tools.md
+contract.md (§1 configuration, §2 Workspace) and tools.md
 (argument rules); nothing is computed by calling the function under test.
 """
 

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from conftest import TESTS, server_path, tool_value
+from conftest import REPO, server_path, tool_value
 
-GOLDEN = TESTS / "golden"
+GOLDEN = REPO / "docs" / "golden"
 CASES = sorted(path.name[:-len(".capsule.json")] for path in GOLDEN.glob("*.capsule.json"))
 OPENING = re.compile(r"Resuming Task (\d+): .* at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ as pytest-client "
                      r"\(implementer\)\. (No open items\.|\d+ open items? \(c[\d, c]+\) must be "

@@ -1,4 +1,4 @@
-"""Older handshakes (spec/clients.md, "Older handshakes"; protocol.md, "Legacy").
+"""Older handshakes (clients.md, "Older handshakes"; protocol.md, "Legacy").
 
 A client asking `initialize` for 2025-03-26 or 2024-11-05 gets that version,
 and its session gets no field its revision's schema lacks.  The allowed keys

@@ -1,4 +1,4 @@
-"""Unit tests for the Pack (shared/spec/pack.md, copied goldens in tests/golden/).
+"""Unit tests for the Pack (docs/pack.md, its goldens in docs/golden/).
 
 Every expected string below is written out by hand from pack.md; nothing is
 computed by calling the function under test.  Lengths are UTF-16 code units,
@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import memprove_mcp as mp  # noqa: E402
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = REPO_ROOT / "docs" / "golden"
 GOLDEN_NAMES = sorted(p.name[: -len(".capsule.json")] for p in GOLDEN.glob("*.capsule.json"))
 
 ELLIPSIS = "\u2026"

@@ -3,7 +3,8 @@ between Linux, macOS and Windows, checked by giving the platform to the
 function that applies it, so that the macOS and Windows rules are checked on
 any machine.  (The Windows tier, tests/test_windows.py, runs them under the
 real Windows interpreter.)  Expected values are written out from the spec and
-from ../shared/research/client-paths.md, never computed by the module.
+from docs/clients-verified.md ("Where each client keeps its files"), never
+computed by the module.
 """
 
 import os
@@ -94,7 +95,7 @@ def test_user_files_on_windows(client, parts):
 
 
 def test_goose_follows_the_profile_where_vscode_follows_appdata():
-    """client-paths.md: goose's Windows strategy is <home>\\AppData\\Roaming (the Rust
+    """docs/clients-verified.md: goose's Windows strategy is <home>\\AppData\\Roaming (the Rust
     home crate: %USERPROFILE%), VS Code's and Zed's is %APPDATA%; they differ only
     where %APPDATA% was moved."""
     environ = dict(ENVIRON, APPDATA="D:\\Roaming")

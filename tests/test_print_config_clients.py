@@ -1,9 +1,9 @@
-"""`mcp print-config --client NAME` (spec/clients.md, "mcp print-config --client NAME";
+"""`mcp print-config --client NAME` (clients.md, "mcp print-config --client NAME";
 tools.md, "The command line"), through the built .pyz.
 
 Every form is parsed with a real parser (json, tomllib, PyYAML), compared with
 the entry the spec's table describes, and checked against the keys each
-client's own documentation gives a stdio server (research/clients.md).  Config
+client's own documentation gives a stdio server (docs/clients-verified.md).  Config
 directories and `--workspace` directories hold the characters that break
 hand-written TOML and YAML.  No token, data directory or value set in the
 environment may appear; the default output is compared with a golden taken from
@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 from conftest import clean_env, depth, find_python, run_cli
 from test_cli import interpreter_executable, one_stderr_line
 
-# spec/clients.md's table, in its order.
+# clients.md's table, in its order.
 CLIENTS = ("claude-code", "codex", "gemini", "opencode", "cline", "continue", "amp", "cursor",
            "vscode", "windsurf", "zed", "goose")
 FORMATS = {"codex": "toml", "continue": "yaml", "goose": "yaml"}
 
 # Codex passes a server only these variables from the user's shell, plus the
-# ones named in `env_vars` (spec/clients.md, the codex row).
+# ones named in `env_vars` (clients.md, the codex row).
 CODEX_ENV_VARS = ["MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR",
                   "MEMPROVE_WORKSPACE", "MEMPROVE_TIMEOUT", "MEMPROVE_AGENT_NAME",
                   "MEMPROVE_AGENT_ROLE", "MEMPROVE_PARENT_SESSION", "MEMPROVE_MCP_LOG"]
@@ -55,8 +55,8 @@ NASTY_NAMES = {
     "astral": "rocket \U0001F680 \U00010348 \U0010FFFD",
 }
 
-# What each client's documentation accepts in a stdio server entry (the links
-# and findings are in research/clients.md): where the entry sits, the keys it
+# What each client's documentation accepts in a stdio server entry (docs/
+# clients-verified.md, "The entry each client reads"): where the entry sits, the keys it
 # may hold, the ones it must hold, and the name of each part.
 DOCUMENTED = {
     "claude-code": dict(path=("mcpServers", "memprove"), keys={"type", "command", "args", "env"},
@@ -200,7 +200,7 @@ def parse(client, data):
 
 
 def expected_document(client, command, args, env):
-    """The entry spec/clients.md's table describes for `client`."""
+    """The entry clients.md's table describes for `client`."""
     if client == "codex":
         return {"mcp_servers": {"memprove": {"command": command, "args": args,
                                              "env_vars": CODEX_ENV_VARS, "env": env}}}

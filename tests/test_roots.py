@@ -1,4 +1,4 @@
-"""The client's roots (spec/clients.md, "Roots (legacy era only)"): the one
+"""The client's roots (clients.md, "Roots (legacy era only)"): the one
 request the server ever sends, and what it does with the answers.
 
 The test is the client: it reads the server's `roots/list` request from the

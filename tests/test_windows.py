@@ -471,7 +471,8 @@ def test_doctor_an_entry_holding_the_token_is_fixed_in_powershell(win, plain_pyz
 # 3. The where-lines name each client's real Windows files
 # ---------------------------------------------------------------------------
 
-# research/client-paths.md, the Windows column and the project files of clients.md.
+# docs/clients-verified.md, "Where each client keeps its files": the Windows column, and
+# the project files of clients.md.
 WINDOWS_FILES = {
     "claude-code": (r"{root}\.mcp.json", r"{profile}\.claude.json"),
     "codex": (r"{profile}\.codex\config.toml",),

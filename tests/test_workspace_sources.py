@@ -1,4 +1,4 @@
-"""Where the Workspace search starts (contract.md §2; spec/clients.md, "Finding the
+"""Where the Workspace search starts (contract.md §2; clients.md, "Finding the
 Workspace under any client"): `mcp serve --workspace DIR`, MEMPROVE_WORKSPACE,
 CLAUDE_PROJECT_DIR, the client's roots, the working directory, the first set
 one winning; an unexpanded `${...}` in the first two is skipped with a warning;

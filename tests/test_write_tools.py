@@ -1,6 +1,6 @@
 """End-to-end tests of the five write tools (`begin`, `checkpoint`, `decide`, `end`,
 `complete`): the built .pyz over real pipes (conftest.Server) against the reference
-daemon (tests/ledgerd.py), per shared/spec/tools.md and contract.md.
+daemon (tests/ledgerd.py), per tools.md and contract.md (docs/).
 
 What each test looks at is outside the server: the daemon's record of every request
 (`Daemon.ops`: operation, path, query, headers, body), the ledger in the daemon's SQLite

@@ -6,7 +6,7 @@ expression that names the mark), a path in tests/interop on the command line, or
 MEMPROVE_INTEROP=1.  A plain `pytest` deselects them.
 
 The clients install themselves, at the versions pinned below (the ones
-shared/research/real-clients.md tried), into MEMPROVE_INTEROP_CACHE (default
+docs/clients-verified.md lists), into MEMPROVE_INTEROP_CACHE (default
 ~/.cache/memprove-mcp-interop), one folder per client keyed by its pins, under a lock so
 that two runs never race.  An install that fails (the registry unreachable, no node or
 npm) skips that client's tests with a loud reason on the terminal and in the summary; a
@@ -30,7 +30,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 
-# -- pinned versions (real-clients.md) -------------------------------------------------
+# -- pinned versions (docs/clients-verified.md) ----------------------------------------
 PY_SDK_PINS = ("mcp==2.3.0", "mcp-types==2.3.0")
 PY_SDK_CONSTRAINTS = HERE / "requirements-py-sdk.txt"     # what they need, pinned too
 NPM_CLIENTS = {
@@ -38,7 +38,7 @@ NPM_CLIENTS = {
     "ts-sdk-v2": ("@modelcontextprotocol/client", "2.4.0"),
     "inspector": ("@modelcontextprotocol/inspector", "2.12.0"),
     "claude-code": ("@anthropic-ai/claude-code", "2.1.332"),
-    # The agent clients of spec/clients.md (research/clients.md tried these builds).
+    # The agent clients of clients.md (docs/clients-verified.md: these builds were tried).
     "codex": ("@openai/codex", "0.171.0"),
     "gemini": ("@google/gemini-cli", "0.61.0"),
     "opencode": ("opencode-ai", "1.18.33"),

@@ -1,4 +1,4 @@
-"""The agent clients of spec/clients.md against the .pyz, each configured with
+"""The agent clients of clients.md against the .pyz, each configured with
 `mcp print-config --client NAME`'s output used verbatim, each running a whole headless turn
 against a scripted model endpoint in its own API (Amp: its health check only):
 
@@ -52,7 +52,7 @@ EXPECTED_VERSION = {         # the protocol version each asks in `initialize` (a
     "codex": "2025-06-18", "gemini": "2025-06-18", "opencode": "2025-11-25",
     "cline": "2024-11-05", "continue": "2025-11-25", "amp": "2025-11-25",
 }
-EXPECTED_AGENT = {           # clientInfo.name (research/clients.md), the agent name `context` shows
+EXPECTED_AGENT = {           # clientInfo.name (docs/clients-verified.md), the agent name `context` shows
     "codex": "codex-mcp-client", "gemini": "gemini-cli-mcp-client", "opencode": "opencode",
     "cline": "@cline/core", "continue": "continue-cli-client", "amp": "amp-mcp-client",
 }

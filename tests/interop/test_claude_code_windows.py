@@ -117,10 +117,10 @@ def test_windows_claude_code_connects_with_print_config(claude_windows, windows_
 
 def test_windows_claude_code_keeps_user_servers_where_print_config_says(claude_windows,
                                                                        windows_pyz):
-    """research/client-paths.md left Claude Code's Windows user file unconfirmed
-    (%USERPROFILE%\\.claude.json assumed): `claude mcp add --scope user` with the printed
-    entry writes it there, the file print-config's standard-error line names, and
-    `claude mcp get` reads it back from there, Connected."""
+    """Claude Code's Windows user file is unconfirmed by its vendor (%USERPROFILE%\\.claude.json
+    assumed; docs/clients-verified.md, "Where each client keeps its files"): `claude mcp add
+    --scope user` with the printed entry writes it there, the file print-config's standard-error
+    line names, and `claude mcp get` reads it back from there, Connected."""
     claude = claude_windows
     stdout, stderr = windows_print_config(claude, windows_pyz)
     entry = check_printed_entry(claude, windows_pyz, stdout, stderr)

@@ -26,7 +26,8 @@ message received, never a token or an argument value.
 The module reads top to bottom in the order data flows through it:
 
     1. Constants and Problems       limits, versions, the platform table, the one error type
-    2. Command line                 main(), serve, print-config and its client formats
+    2. Command line                 main(), serve, print-config and its client
+                                    formats, the plugin kit of `mcp plugin`
     3. Transport                    bounded line reader, writer, workers, log, roots
     4. Protocol eras                classify a message, answer it per era
     5. Tool dispatch                the tool table, argument validation
@@ -46,7 +47,8 @@ modules that only a tool call needs (json and re among them) are imported
 where they are used, so that start-up stays close to the interpreter's own.
 
 The rules the comments cite by file name (`contract.md §6 rule 17`,
-`tools.md`, `pack.md` ...) are the files of the repository's docs/ folder.
+`tools.md`, `pack.md` ...) are the files of the repository's docs/ folder,
+and a bare `§6 rule 4` is a rule of contract.md there.
 """
 
 import _thread
@@ -428,7 +430,7 @@ def write_stdout_bytes(data):
 
 
 # -- print-config: one entry per client ----------------------------------------
-# spec/clients.md: every form names the same server (the command, the arguments
+# clients.md: every form names the same server (the command, the arguments
 # `mcp serve --config-dir DIR [--workspace DIR]`, MEMPROVE_CONFIG_DIR in the
 # environment) in the shape and file format its client reads.  A client is one
 # row of CLIENTS: its format, the function that shapes its document, what it
@@ -584,7 +586,7 @@ CLIENTS = {
                     "win32": (("home", ("AppData", "Roaming", "Block", "goose", "config",
                                         "config.yaml"), ()),)}),
 }
-CLIENT_NAMES = tuple(CLIENTS)          # the order of spec/clients.md (dicts keep it)
+CLIENT_NAMES = tuple(CLIENTS)          # the order of clients.md's table (dicts keep it)
 
 
 def client_places(name, platform=PLATFORM):

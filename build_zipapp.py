@@ -76,8 +76,8 @@ class BuildError(Exception):
 #   __main__.py         its entry point, run by every Python that opens the
 #                       archive (2.7 included, so that an old one is refused in
 #                       one line);
-#   bytecode_cache.py   what makes, mends and writes the bytecode cache,
-#                       compiled only by a start that needs it.
+#   bytecode_cache.py   what makes, mends and writes the bytecode cache, run
+#                       by __main__.py only on a start that needs it.
 #
 # The build writes the SHA-256 of the packed source into __main__.py, in place
 # of SOURCE_SHA256_PLACEHOLDER.

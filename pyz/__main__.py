@@ -1,6 +1,16 @@
-# Entry point of memprove_mcp.pyz, written by build_zipapp.py.  Keep this file
-# parseable by Python 2.7 and 3.0-3.5: it refuses them in one line before it
-# touches memprove_mcp.
+# Entry point of memprove_mcp.pyz, copied into it by build_zipapp.py, which
+# writes the SHA-256 of the packed source into SOURCE_SHA256 below.
+#
+# Parsed by every Python from 2.7 on (ASCII only, no f-strings, no print
+# statement or function), so that an old interpreter prints one readable line
+# instead of dying with a SyntaxError inside memprove_mcp.  It imports nothing
+# the interpreter has not already loaded to run a zipapp (runpy, importlib.util,
+# os and with it stat and os.path, zlib), and zipimport compiles it at every
+# start (it never caches bytecode), so it holds only what a start from bytecode
+# needs: what makes, mends and writes the cache is CACHE_WRITER, compiled only
+# by a start that compiles the module anyway or finds the cache directory
+# missing or open to others.  Run as a zipapp its __name__ is "__main__"; under
+# any other name it only defines its functions, which is how the tests call them.
 import sys
 
 if sys.version_info < (3, 6):
@@ -18,7 +28,7 @@ CACHE_WRITER = "bytecode_cache.py"   # the rest of the cache, compiled only when
 # file is no bytecode of it, and is not read (a huge file is never read whole).
 CACHE_LIMIT_PER_SOURCE_BYTE = 4
 CACHE_LIMIT_SLACK = 1 << 16
-WRITER = {}
+WRITER = None   # CACHE_WRITER as a module, once cache_writer() has run it
 
 
 def cache_directory(platform, environ, home):
@@ -46,11 +56,19 @@ def archive():
 
 
 def cache_writer():
-    # CACHE_WRITER's functions, compiled once into a copy of this namespace.
-    if not WRITER:
-        WRITER.update(globals())
-        source = __loader__.get_data(archive() + "/" + CACHE_WRITER)
-        exec(compile(source, CACHE_WRITER, "exec", dont_inherit=True), WRITER)
+    # CACHE_WRITER, the archive's file, run once as a module of its own (it
+    # imports what it uses).  Read from this archive by path rather than
+    # imported by name, which another file on sys.path could answer.  OSError
+    # when the archive changed under this start.
+    global WRITER
+    if WRITER is None:
+        path = archive() + "/" + CACHE_WRITER
+        module = type(sys)(CACHE_WRITER[:-len(".py")])
+        module.__file__ = path
+        module.__loader__ = __loader__      # so that a traceback shows its lines
+        code = compile(__loader__.get_data(path), path, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+        WRITER = module
     return WRITER
 
 
@@ -70,7 +88,7 @@ def open_cache(directory, writable):
     except (OSError, AttributeError):
         pass
     try:
-        prepare = cache_writer()["prepare"]
+        prepare = cache_writer().prepare
     except OSError:         # the archive changed under this start: no cache, then
         if handle is not None:
             os.close(handle)
@@ -176,7 +194,7 @@ def load():
             data = header + marshal.dumps(code)
             data += (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little")
             try:
-                cache_writer()["write"](directory, handle, name, data)
+                cache_writer().write(directory, handle, name, data, reparse_point)
             except OSError:     # the archive changed under this start: not cached
                 pass
     finally:

@@ -1,5 +1,11 @@
-# Part of memprove_mcp.pyz's __main__.py, written by build_zipapp.py: run in a
-# copy of its namespace (os, stat and reparse_point come from it).
+# The bytecode cache's writer, copied into memprove_mcp.pyz by build_zipapp.py:
+# what makes the cache directory, makes it private, empties it and writes a
+# file in it (contract.md section 6 rule 13).  The archive's __main__.py runs
+# it, as a module of its own, only on a start that compiles the module (30-60
+# ms) anyway, or finds the directory missing or open to others.  Run by 3.6 and
+# newer only.
+import os
+import stat
 
 
 def prepare(directory, handle, writable):
@@ -88,9 +94,10 @@ def empty(handle):
         os.rmdir(name, dir_fd=handle)
 
 
-def windows_directory(directory):
+def windows_directory(directory, reparse_point):
     # Windows: the directory, made when missing, when it is one and no
-    # reparse point (a link or a junction) is in its place.
+    # reparse point (a link or a junction) is in its place; reparse_point is
+    # __main__.py's test, which it also applies when it reads the cache.
     try:
         if not os.path.lexists(directory):
             os.makedirs(os.path.dirname(directory), exist_ok=True)
@@ -100,13 +107,13 @@ def windows_directory(directory):
         return False
 
 
-def write(directory, handle, name, data):
+def write(directory, handle, name, data, reparse_point):
     # Atomically: a new 0600 temporary file beside it, renamed over whatever
     # bears the name, which is thereby replaced, never followed.  POSIX,
     # through the directory's descriptor; Windows, by path.
     temporary = "%s.%d.tmp" % (name, os.getpid())
     if handle is None:
-        if not windows_directory(directory):
+        if not windows_directory(directory, reparse_point):
             return
         temporary, name = os.path.join(directory, temporary), os.path.join(directory, name)
         flags, at, between = os.O_BINARY, {}, {}

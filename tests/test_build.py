@@ -733,6 +733,20 @@ def test_real_pyz_prints_its_version(tmp_path):
                            env=env_with_python3_first(tmp_path)), source)
 
 
+def test_a_traceback_through_the_entry_names_the_lines_of_pyz_main(tmp_path):
+    """The archive's __main__.py is pyz/__main__.py line for line: the line
+    numbers a traceback gives in it are that file's."""
+    pyz = build(tmp_path, b"def main(argv=None):\n    raise RuntimeError('raised by main')\n",
+                args=["--no-bytecode"])
+    done = run_pyz([sys.executable, str(pyz)], cwd=tmp_path)
+    assert done.returncode == 1 and "RuntimeError: raised by main" in done.stderr, done.stderr
+    frames = re.findall(r'File "%s", line (\d+), in (\S+)' % re.escape(
+        str(pyz) + os.sep + "__main__.py"), done.stderr)
+    lines = (PROGRAMS / "__main__.py").read_text().splitlines()
+    assert [(name, lines[int(number) - 1].strip()) for number, name in frames] == [
+        ("<module>", "sys.exit(run())"), ("run", "return module.main()")], done.stderr
+
+
 def test_stand_in_pyz_runs_directly_and_through_python(tmp_path):
     pyz = build(tmp_path)
     assert_version(run_pyz([sys.executable, str(pyz), "--version"], cwd=tmp_path), STAND_IN)

@@ -10,14 +10,14 @@ writes the bytecode cache), ``memprove_mcp.py`` copied byte for byte, and
 ``pyc/<cache tag>/memprove_mcp.pyc`` for every CPython 3.6 or newer the build
 finds (pyenv, PATH, ``--python``, ``$MEMPROVE_BUILD_PYTHONS``).  On any other
 interpreter ``__main__.py`` compiles the module at its first start and caches
-the bytecode in the user's cache directory (see ``MAIN_PY_TEMPLATE`` and
-``CACHE_WRITER_SOURCE``).
+the bytecode in the user's cache directory.  The first two are the files of
+the same names in ``pyz/`` beside this script (see ``PROGRAMS_DIR``).
 
-Every byte of the archive is a function of the module source and of the
-interpreters used (each compiles in a fresh process): entries are written
-through ``zipfile.ZipInfo`` with a fixed date, host system, permissions and
-compression level, so neither the clock, the umask, the
-working directory nor the source file's mtime or mode reach the output.  The
+Every byte of the archive is a function of the module source, of the files
+in ``pyz/`` and of the interpreters used (each compiles in a fresh process):
+entries are written through ``zipfile.ZipInfo`` with a fixed date, host
+system, permissions and compression level, so neither the clock, the umask,
+the working directory nor the files' mtimes or modes reach the output.  The
 stdlib ``zipapp`` module is not used because it stores each file's real mtime
 and walks directories unsorted.
 
@@ -45,6 +45,9 @@ DEFAULT_SOURCE = os.path.join(HERE, "memprove_mcp.py")
 DEFAULT_OUTPUT = os.path.join(HERE, "dist", "memprove_mcp.pyz")
 
 MODULE_NAME = "memprove_mcp"
+# The archive's own programs, files of these names in PROGRAMS_DIR (below); the
+# entry names the cache writer again, as CACHE_WRITER.
+MAIN_NAME = "__main__.py"
 CACHE_WRITER_NAME = "bytecode_cache.py"
 SHEBANG = b"#!/usr/bin/env python3\n"
 
@@ -60,376 +63,46 @@ ENTRY_COMPRESS_TYPE = zipfile.ZIP_DEFLATED
 ENTRY_COMPRESSLEVEL = 9
 ARCHIVE_MODE = 0o755                      # set with chmod, so the umask cannot change it
 
-# The archive's entry point.  Parsed by every Python from 2.7 on (ASCII only,
-# no f-strings, no print statement or function), so that an old interpreter
-# prints one readable line instead of dying with a SyntaxError inside
-# memprove_mcp.  It imports nothing the interpreter has not already loaded to
-# run a zipapp (runpy, importlib.util, os and with it stat and os.path, zlib),
-# and zipimport compiles it at every start (it never caches bytecode), so it
-# holds only what a start from bytecode needs: what makes, mends and writes the
-# cache is CACHE_WRITER_SOURCE, compiled only by a start that compiles the
-# module anyway or finds the cache directory missing or open to others.  The
-# build writes the SHA-256 of the packed source into it.  Run as a zipapp its
-# __name__ is "__main__"; under any other name it only defines its functions,
-# which is how the tests call them.
-MAIN_PY_TEMPLATE = b"""\
-# Entry point of memprove_mcp.pyz, written by build_zipapp.py.  Keep this file
-# parseable by Python 2.7 and 3.0-3.5: it refuses them in one line before it
-# touches memprove_mcp.
-import sys
 
-if sys.version_info < (3, 6):
-    sys.stderr.write("memprove-mcp needs Python 3.6 or newer; this is Python %d.%d.%d.\\n"
-                     % tuple(sys.version_info[:3]))
-    sys.exit(1)
-
-import os
-import stat
-
-SOURCE_SHA256 = "@SOURCE_SHA256@"   # of memprove_mcp.py in this archive
-MODULE = "memprove_mcp"
-CACHE_WRITER = "@CACHE_WRITER_NAME@"   # the rest of the cache, compiled only when needed
-# Compiled code is 0.8 to 1.5 times the size of its source: a longer cache
-# file is no bytecode of it, and is not read (a huge file is never read whole).
-CACHE_LIMIT_PER_SOURCE_BYTE = 4
-CACHE_LIMIT_SLACK = 1 << 16
-WRITER = {}
+class BuildError(Exception):
+    """The archive cannot be built; the message says why."""
 
 
-def cache_directory(platform, environ, home):
-    # Where bytecode the archive does not carry is kept on platform (a
-    # sys.platform value), or None.  Nothing here asks the running system, so
-    # every platform's answer can be checked on any.
-    if platform == "win32":
-        # Only %LOCALAPPDATA%, per-user by its access list: Windows has no owner
-        # or mode that would tell whether a folder XDG_CACHE_HOME names is shared.
-        import ntpath as path       # os.path on Windows, so already loaded there
-        base = environ.get("LOCALAPPDATA")
-    else:
-        import posixpath as path    # os.path everywhere else
-        base = environ.get("XDG_CACHE_HOME")
-        if not base or not path.isabs(base):
-            base = path.join(home, "Library/Caches" if platform == "darwin" else ".cache")
-    if base and path.isabs(base):
-        return path.join(base, "memprove-mcp")
-    return None
+# The archive's own two programs, kept as source files in the folder pyz/ and
+# written into the archive under the same names.  The folder is named for what
+# it holds and for no module of the standard library, which it would shadow
+# (running this script puts its folder first on sys.path): not zipapp.
+#
+#   __main__.py         its entry point, run by every Python that opens the
+#                       archive (2.7 included, so that an old one is refused in
+#                       one line);
+#   bytecode_cache.py   what makes, mends and writes the bytecode cache, run
+#                       by __main__.py only on a start that needs it.
+#
+# The build writes the SHA-256 of the packed source into __main__.py, in place
+# of SOURCE_SHA256_PLACEHOLDER.
+PROGRAMS_DIR = os.path.join(HERE, "pyz")
+SOURCE_SHA256_PLACEHOLDER = b"@SOURCE_SHA256@"
 
 
-def archive():
-    # The .pyz (or, unpacked, the directory) this file was run from.
-    return getattr(__loader__, "archive", None) or sys.path[0]
-
-
-def cache_writer():
-    # CACHE_WRITER's functions, compiled once into a copy of this namespace.
-    if not WRITER:
-        WRITER.update(globals())
-        source = __loader__.get_data(archive() + "/" + CACHE_WRITER)
-        exec(compile(source, CACHE_WRITER, "exec", dont_inherit=True), WRITER)
-    return WRITER
-
-
-def open_cache(directory, writable):
-    # POSIX: a descriptor of the cache directory itself, never of what a link
-    # in its place points to, once only this user can have written in it; it
-    # is then used only through that descriptor, so that no one who can change
-    # a directory above it can swap it between a check and a use.  None when
-    # there is none.  Missing, a link, another user's or open to others:
-    # CACHE_WRITER decides, and makes or mends it when it may.
-    handle = None
+def read_program(name):
+    """The bytes of pyz/<name>, line ends made LF whatever the checkout did."""
+    path = os.path.join(PROGRAMS_DIR, name)
     try:
-        handle = os.open(directory, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY)
-        info = os.fstat(handle)
-        if info.st_uid == os.geteuid() and not info.st_mode & 0o077:
-            return handle
-    except (OSError, AttributeError):
-        pass
-    try:
-        prepare = cache_writer()["prepare"]
-    except OSError:         # the archive changed under this start: no cache, then
-        if handle is not None:
-            os.close(handle)
-        return None
-    return prepare(directory, handle, writable)
-
-
-def reparse_point(path):
-    # Windows: a reparse point that names another path, a symbolic link or a
-    # junction (the tag's name-surrogate bit); a OneDrive placeholder is the
-    # file itself.  Without the tag (3.6, 3.7), any reparse point.
-    info = os.lstat(path)
-    if not getattr(info, "st_file_attributes", 0) & 0x400:
-        return False
-    tag = getattr(info, "st_reparse_tag", None)
-    return tag is None or bool(tag & 0x20000000)
-
-
-def read_cached(directory, handle, name, limit):
-    # The cache file's bytes when only this user can have written it, else
-    # b"" (its hash header says only that it is not stale).  POSIX: opened
-    # through the directory's descriptor without following a link or waiting
-    # on a FIFO, a regular file of the user's that no one else can write.
-    # Windows, with no owner or mode to tell: no reparse point in the place of
-    # the directory or of the file.  Never more than limit bytes are read.
-    try:
-        if handle is None:
-            path = os.path.join(directory, name)
-            if reparse_point(directory) or reparse_point(path):
-                return b""
-            opened = os.open(path, os.O_RDONLY | os.O_BINARY)
-        else:
-            opened = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=handle)
-    except (OSError, NotImplementedError):
-        return b""
-    try:
-        info = os.fstat(opened)
-        if stat.S_ISREG(info.st_mode) and info.st_size <= limit and (handle is None or (
-                info.st_uid == os.geteuid() and not info.st_mode & 0o022)):
-            return os.read(opened, info.st_size)    # a short read fails the CRC-32
-    except OSError:
-        pass
-    finally:
-        os.close(opened)
-    return b""
-
-
-def load():
-    # The module's code object and where it came from: the archive's bytecode
-    # for this interpreter ("shipped"), else the user's cache ("cached"), else
-    # the source, compiled now and cached when allowed ("compiled").
-    import marshal
-    import importlib.util   # runpy imported it to run this file
-    read = __loader__.get_data
-    root = archive()
-    tag = sys.implementation.cache_tag
-    magic = importlib.util.MAGIC_NUMBER
-    if tag:
-        try:
-            data = read(root + "/pyc/" + tag + "/" + MODULE + ".pyc")
-        except OSError:
-            data = b""
-        if data[:4] == magic:
-            try:
-                return marshal.loads(data[16:]), "shipped"
-            except (EOFError, ValueError, TypeError):
-                pass
-    import zlib             # zipimport imported it to read this file
-    source = read(root + "/" + MODULE + ".py")
-    directory = None
-    if tag:
-        directory = cache_directory(sys.platform, os.environ, os.path.expanduser("~"))
-    writable = not sys.dont_write_bytecode
-    handle = None
-    if directory is not None and os.name != "nt":
-        handle = open_cache(directory, writable)
-        if handle is None:
-            directory = None
-    if directory is None:
-        return compile(source, MODULE + ".py", "exec", dont_inherit=True), "compiled"
-    try:
-        # A hash-based .pyc (PEP 552, checked) of exactly this source, followed
-        # by the CRC-32 of everything before it, so damage anywhere is seen.
-        if hasattr(importlib.util, "source_hash"):
-            check = importlib.util.source_hash(source)
-        else:   # 3.6
-            check = (zlib.crc32(source) & 0xFFFFFFFF).to_bytes(4, "little") + (
-                len(source) & 0xFFFFFFFF).to_bytes(4, "little")
-        header = magic + b"\\x03\\x00\\x00\\x00" + check
-        optimize = sys.flags.optimize
-        name = "%s-%s.%s%s.pyc" % (
-            MODULE, SOURCE_SHA256, tag, ".opt-%d" % optimize if optimize else "")
-        data = read_cached(directory, handle, name,
-                           CACHE_LIMIT_SLACK + CACHE_LIMIT_PER_SOURCE_BYTE * len(source))
-        if data[:16] == header and len(data) > 20 and (
-                zlib.crc32(data[:-4]) & 0xFFFFFFFF).to_bytes(4, "little") == data[-4:]:
-            try:
-                return marshal.loads(data[16:-4]), "cached"
-            except (EOFError, ValueError, TypeError):
-                pass
-        code = compile(source, MODULE + ".py", "exec", dont_inherit=True)
-        if writable:
-            data = header + marshal.dumps(code)
-            data += (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "little")
-            try:
-                cache_writer()["write"](directory, handle, name, data)
-            except OSError:     # the archive changed under this start: not cached
-                pass
-    finally:
-        if handle is not None:
-            os.close(handle)
-    return code, "compiled"
-
-
-def run():
-    code, origin = load()
-    path = os.path.join(archive(), MODULE + ".py")
-    module = type(sys)(MODULE)
-    module.__file__ = path
-    module.__loader__ = __loader__
-    module.__spec__ = type(__spec__)(MODULE, __loader__, origin=path)
-    module.BYTECODE_ORIGIN = origin
-    sys.modules[MODULE] = module
-    exec(code, module.__dict__)
-    return module.main()
-
-
-if __name__ == "__main__":
-    sys.exit(run())
-"""
-
-# The archive's bytecode_cache.py: what makes the cache directory, makes it
-# private, empties it and writes a file in it (contract.md section 6 rule 13).
-# __main__.py runs it, in a copy of its own namespace, only on a start that
-# compiles the module (30-60 ms) anyway, or finds the directory missing or
-# open to others.  Run by 3.6 and newer only.
-CACHE_WRITER_SOURCE = b"""\
-# Part of memprove_mcp.pyz's __main__.py, written by build_zipapp.py: run in a
-# copy of its namespace (os, stat and reparse_point come from it).
-
-
-def prepare(directory, handle, writable):
-    # The cache directory's descriptor once only this user can have written
-    # in it (handle: the one __main__.py opened, else None), or None, and
-    # handle closed.  A missing directory is made when writable.
-    if not descriptors_usable():
-        handle = closed(handle)
-    elif handle is None and writable:
-        handle = made(directory)
-    if handle is None:
-        return None
-    try:
-        if made_private(handle, writable):
-            return handle
-    except (OSError, RecursionError):
-        pass
-    return closed(handle)
-
-
-def closed(handle):
-    if handle is not None:
-        os.close(handle)
-    return None
-
-
-def descriptors_usable():
-    # Whether this system can open, rename, unlink and list through a
-    # directory's descriptor; without that the cache cannot be used safely.
-    return (all(hasattr(os, name) for name in ("O_NOFOLLOW", "O_DIRECTORY", "fchmod"))
-            and os.listdir in os.supports_fd
-            and all(call in os.supports_dir_fd
-                    for call in (os.open, os.rename, os.unlink, os.rmdir)))
-
-
-def made(directory):
-    # The directory made 0700 (the ones above it as makedirs makes them) and
-    # opened as __main__.py opens it; whoever made it first, what is opened is
-    # checked after.
-    try:
-        os.makedirs(os.path.dirname(directory), exist_ok=True)
-        os.mkdir(directory, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    try:
-        return os.open(directory, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY)
-    except OSError:
-        return None
-
-
-def made_private(handle, writable):
-    # True when only this user can write in the open directory: it is theirs
-    # and, when writable, made 0700, after removing all that others could
-    # have put in it, since a cache file's header does not say who wrote it.
-    # Read-only (-B), nothing is changed, and it is used only when no one
-    # else could write in it.
-    info = os.fstat(handle)
-    if info.st_uid != os.geteuid():
-        return False
-    if not info.st_mode & 0o077:
-        return True
-    if not writable:
-        return not info.st_mode & 0o022
-    os.fchmod(handle, 0o700)
-    if info.st_mode & 0o022:
-        empty(handle)
-    return not os.fstat(handle).st_mode & 0o077
-
-
-def empty(handle):
-    # Removes every entry of the open directory: a link itself, never what it
-    # points to; a directory once emptied the same way.  OSError when one stays.
-    for name in os.listdir(handle):
-        try:
-            os.unlink(name, dir_fd=handle)
-            continue
-        except OSError:
-            pass
-        inner = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=handle)
-        try:
-            empty(inner)
-        finally:
-            os.close(inner)
-        os.rmdir(name, dir_fd=handle)
-
-
-def windows_directory(directory):
-    # Windows: the directory, made when missing, when it is one and no
-    # reparse point (a link or a junction) is in its place.
-    try:
-        if not os.path.lexists(directory):
-            os.makedirs(os.path.dirname(directory), exist_ok=True)
-            os.mkdir(directory)
-        return stat.S_ISDIR(os.lstat(directory).st_mode) and not reparse_point(directory)
-    except OSError:
-        return False
-
-
-def write(directory, handle, name, data):
-    # Atomically: a new 0600 temporary file beside it, renamed over whatever
-    # bears the name, which is thereby replaced, never followed.  POSIX,
-    # through the directory's descriptor; Windows, by path.
-    temporary = "%s.%d.tmp" % (name, os.getpid())
-    if handle is None:
-        if not windows_directory(directory):
-            return
-        temporary, name = os.path.join(directory, temporary), os.path.join(directory, name)
-        flags, at, between = os.O_BINARY, {}, {}
-    elif not descriptors_usable():
-        return
-    else:
-        flags, at = os.O_NOFOLLOW, {"dir_fd": handle}
-        between = {"src_dir_fd": handle, "dst_dir_fd": handle}
-    try:
-        opened = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | flags, 0o600, **at)
-    except OSError:
-        return
-    try:
-        try:
-            if handle is not None:
-                os.fchmod(opened, 0o600)    # whatever the umask took
-            while data:
-                data = data[os.write(opened, data):]
-        finally:
-            os.close(opened)
-        os.replace(temporary, name, **between)
-    except OSError:
-        try:
-            os.unlink(temporary, **at)
-        except OSError:
-            pass
-"""
+        with open(path, "rb") as handle:
+            return handle.read().replace(b"\r\n", b"\n")
+    except OSError as error:
+        raise BuildError("cannot read %s: %s" % (path, error.strerror or error))
 
 
 def main_py(module_source):
     """The archive's __main__.py for this module source."""
+    template = read_program(MAIN_NAME)
+    if template.count(SOURCE_SHA256_PLACEHOLDER) != 1:
+        raise BuildError("%s must hold %s once" % (
+            os.path.join(PROGRAMS_DIR, MAIN_NAME), SOURCE_SHA256_PLACEHOLDER.decode("ascii")))
     digest = hashlib.sha256(module_source).hexdigest().encode("ascii")
-    return MAIN_PY_TEMPLATE.replace(b"@SOURCE_SHA256@", digest).replace(
-        b"@CACHE_WRITER_NAME@", CACHE_WRITER_NAME.encode("ascii"))
-
-
-class BuildError(Exception):
-    """The archive cannot be built; the message says why."""
+    return template.replace(SOURCE_SHA256_PLACEHOLDER, digest)
 
 
 # Run by each interpreter the build uses: prints its cache tag, a newline,
@@ -548,8 +221,8 @@ def hash_based_pyc_entries(module_source, interpreters, explicit=(), exclude_tag
 
 def archive_entries(module_source, interpreters=(), explicit=(), exclude_tags=()):
     """The archive's entries as (name, bytes), sorted by name."""
-    entries = [("__main__.py", main_py(module_source)),
-               (CACHE_WRITER_NAME, CACHE_WRITER_SOURCE),
+    entries = [(MAIN_NAME, main_py(module_source)),
+               (CACHE_WRITER_NAME, read_program(CACHE_WRITER_NAME)),
                (MODULE_NAME + ".py", module_source)]
     entries.extend(hash_based_pyc_entries(module_source, interpreters, explicit, exclude_tags))
     return sorted(entries)

@@ -23,6 +23,9 @@ from conftest import PYTHON_VERSIONS, built_once, find_python, require_python
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "build_zipapp.py"
+# The archive's own programs, which the build reads from pyz/ beside itself.
+PROGRAMS = ROOT / "pyz"
+PROGRAM_NAMES = ["__main__.py", "bytecode_cache.py"]
 REAL_MODULE = ROOT / "memprove_mcp.py"
 SHEBANG = b"#!/usr/bin/env python3\n"
 ENTRY_NAMES = ["__main__.py", "bytecode_cache.py", "memprove_mcp.py"]
@@ -142,6 +145,15 @@ def run_build(*args, cwd, umask=None, python=sys.executable, script=BUILD_SCRIPT
         preexec_fn=None if umask is None else (lambda: os.umask(umask)))
 
 
+def copy_build_script(folder):
+    """build_zipapp.py and the programs it packs, copied into folder: the script's path."""
+    (folder / "pyz").mkdir()
+    for name in PROGRAM_NAMES:
+        shutil.copy(str(PROGRAMS / name), str(folder / "pyz" / name))
+    shutil.copy(str(BUILD_SCRIPT), str(folder / "build_zipapp.py"))
+    return folder / "build_zipapp.py"
+
+
 def build(tmp_path, source_bytes=STAND_IN, name="memprove_mcp.pyz", out_dir=None, args=()):
     """Build from source_bytes with --source/--output in tmp_path; return the .pyz path."""
     source_dir = tmp_path / "src"
@@ -200,11 +212,14 @@ def test_reproducible_across_dirs_mtimes_modes_umasks_and_cwds(tmp_path, module_
     # from a cwd holding a decoy memprove_mcp.py that must NOT be packed.
     a = tmp_path / "copy a"
     a.mkdir()
-    shutil.copy(str(BUILD_SCRIPT), str(a / "build_zipapp.py"))
+    copy_build_script(a)
     (a / "memprove_mcp.py").write_bytes(module_source)
     os.chmod(str(a / "memprove_mcp.py"), 0o600)
     os.utime(str(a / "memprove_mcp.py"), (1_000_000_000, 1_000_000_000))
     os.utime(str(a / "build_zipapp.py"), (1_200_000_000, 1_200_000_000))
+    for name in PROGRAM_NAMES:
+        os.chmod(str(a / "pyz" / name), 0o600)
+        os.utime(str(a / "pyz" / name), (1_100_000_000, 1_100_000_000))
     decoy_cwd = tmp_path / "decoy"
     decoy_cwd.mkdir()
     (decoy_cwd / "memprove_mcp.py").write_bytes(b"print('decoy')\n")
@@ -213,14 +228,19 @@ def test_reproducible_across_dirs_mtimes_modes_umasks_and_cwds(tmp_path, module_
     out_a = a / "dist" / "memprove_mcp.pyz"
 
     # Copy B: explicit relative --source/--output from its own cwd, umask 077,
-    # other mtimes and modes.
+    # other mtimes and modes, and the programs in pyz/ with CRLF line ends, as a
+    # checkout that converts them would leave them.
     b = tmp_path / "b" / "nested"
     b.mkdir(parents=True)
-    shutil.copy(str(BUILD_SCRIPT), str(b / "build_zipapp.py"))
+    copy_build_script(b)
     (b / "memprove_mcp.py").write_bytes(module_source)
     os.chmod(str(b / "memprove_mcp.py"), 0o755)
     os.utime(str(b / "memprove_mcp.py"), (1_700_000_000, 1_700_000_123))
     os.utime(str(b / "build_zipapp.py"), (1_600_000_000, 1_600_000_000))
+    for name in PROGRAM_NAMES:
+        program = b / "pyz" / name
+        program.write_bytes(program.read_bytes().replace(b"\n", b"\r\n"))
+        os.chmod(str(program), 0o755)
     done_b = run_build("--source", "memprove_mcp.py", "-o", "elsewhere/out.pyz",
                        cwd=b, umask=0o077, script=b / "build_zipapp.py")
     assert done_b.returncode == 0, done_b.stderr
@@ -269,8 +289,7 @@ def test_build_script_runs_and_agrees_on_every_python(tmp_path, minor):
     interpreters can read them too; --no-bytecode, since a chroot's build sees
     other interpreters than the host's."""
     python = require_python(minor)
-    script = tmp_path / "build_zipapp.py"
-    shutil.copy(str(BUILD_SCRIPT), str(script))
+    script = copy_build_script(tmp_path)
     source = tmp_path / "memprove_mcp.py"
     source.write_bytes(STAND_IN)
     reference = run_build("--source", source, "--output", tmp_path / "reference.pyz",
@@ -315,10 +334,14 @@ def test_archive_layout(tmp_path):
             assert info.compress_type == zipfile.ZIP_DEFLATED
         assert archive.read("memprove_mcp.py") == STAND_IN
         main_py = archive.read("__main__.py")
+        assert archive.read("bytecode_cache.py") == (PROGRAMS / "bytecode_cache.py").read_bytes()
     main_py.decode("ascii")       # Python 2 refuses non-ASCII source without a coding line
     assert main_py.index(b"version_info < (3, 6)") < main_py.index(b"def load")
-    # The digest of the packed source, written in by the build.
+    # pyz/__main__.py with the digest of the packed source written in, on the
+    # same line, so that a traceback's line numbers are those of pyz/.
     assert ('SOURCE_SHA256 = "%s"' % sha256(STAND_IN)).encode() in main_py
+    assert main_py == (PROGRAMS / "__main__.py").read_bytes().replace(
+        b"@SOURCE_SHA256@", sha256(STAND_IN).encode())
     # Nothing costly at start: only what running a zipapp has already imported
     # (os imports stat; posixpath or ntpath is os.path, each imported only on its own platform).
     imported = set(re.findall(rb"^\s*import ([\w.]+)", main_py, re.M))
@@ -639,6 +662,23 @@ def test_failed_build_keeps_the_old_archive_and_leaves_no_temp_file(tmp_path):
     assert sorted(p.name for p in out_dir.iterdir()) == [good.name]
 
 
+@pytest.mark.parametrize("fault", ["bytecode_cache.py missing", "no digest placeholder"])
+def test_a_faulty_program_in_pyz_fails_the_build(tmp_path, fault):
+    script = copy_build_script(tmp_path)
+    (tmp_path / "memprove_mcp.py").write_bytes(STAND_IN)
+    if fault == "bytecode_cache.py missing":
+        (tmp_path / "pyz" / "bytecode_cache.py").unlink()
+        expected = "cannot read %s" % (tmp_path / "pyz" / "bytecode_cache.py")
+    else:
+        main_py = tmp_path / "pyz" / "__main__.py"
+        main_py.write_bytes(main_py.read_bytes().replace(b"@SOURCE_SHA256@", b"0" * 64))
+        expected = "%s must hold @SOURCE_SHA256@ once" % main_py
+    done = run_build("--no-bytecode", cwd=tmp_path, script=script)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert expected in done.stderr
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
 def test_failure_while_writing_leaves_no_half_file(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("build_zipapp_under_test", str(BUILD_SCRIPT))
     module = importlib.util.module_from_spec(spec)
@@ -693,6 +733,20 @@ def test_real_pyz_prints_its_version(tmp_path):
                            env=env_with_python3_first(tmp_path)), source)
 
 
+def test_a_traceback_through_the_entry_names_the_lines_of_pyz_main(tmp_path):
+    """The archive's __main__.py is pyz/__main__.py line for line: the line
+    numbers a traceback gives in it are that file's."""
+    pyz = build(tmp_path, b"def main(argv=None):\n    raise RuntimeError('raised by main')\n",
+                args=["--no-bytecode"])
+    done = run_pyz([sys.executable, str(pyz)], cwd=tmp_path)
+    assert done.returncode == 1 and "RuntimeError: raised by main" in done.stderr, done.stderr
+    frames = re.findall(r'File "%s", line (\d+), in (\S+)' % re.escape(
+        str(pyz) + os.sep + "__main__.py"), done.stderr)
+    lines = (PROGRAMS / "__main__.py").read_text().splitlines()
+    assert [(name, lines[int(number) - 1].strip()) for number, name in frames] == [
+        ("<module>", "sys.exit(run())"), ("run", "return module.main()")], done.stderr
+
+
 def test_stand_in_pyz_runs_directly_and_through_python(tmp_path):
     pyz = build(tmp_path)
     assert_version(run_pyz([sys.executable, str(pyz), "--version"], cwd=tmp_path), STAND_IN)
@@ -711,9 +765,9 @@ def test_pyz_runs_from_a_path_with_a_space_and_through_a_symlink(tmp_path, sourc
     spaced = tmp_path / "dir with space"
     spaced.mkdir()
     # The build script itself also lives under the space.
-    shutil.copy(str(BUILD_SCRIPT), str(spaced / "build_zipapp.py"))
+    script = copy_build_script(spaced)
     (spaced / "memprove_mcp.py").write_bytes(source)
-    done = run_build(cwd=tmp_path, script=spaced / "build_zipapp.py")
+    done = run_build(cwd=tmp_path, script=script)
     assert done.returncode == 0, done.stderr
     pyz = spaced / "dist" / "memprove_mcp.pyz"
     link_dir = tmp_path / "links here"

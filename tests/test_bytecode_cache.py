@@ -12,6 +12,7 @@ appends a line to a marker file, so that a single run of it shows.
 
 import collections
 import ctypes
+import importlib.util
 import os
 import resource
 import shutil
@@ -19,14 +20,17 @@ import stat
 import subprocess
 import sys
 import tempfile
+import traceback
 import zipfile
+import zipimport
 from pathlib import Path
 
 import pytest
 
 from conftest import SAFETY_TIMEOUT, depth, require_python
 from hardening_support import report, skip_or_fail
-from test_build import STAND_IN, assert_version, build, cache_name, cache_tag_of, origin
+from test_build import (PROGRAMS, STAND_IN, assert_version, build, cache_name, cache_tag_of,
+                        origin)
 
 # Two uids picked for no account to have them (a uid needs no /etc/passwd entry
 # to own files or run a process): (uid, gid).
@@ -187,6 +191,99 @@ def test_the_archive_runs_its_main_only_as_main(plain_pyz, tmp_path):
                           env=clean_env(tmp_path, tmp_path / "xdg"), universal_newlines=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
     assert_version(done, STAND_IN)
+
+
+# --- the cache writer, pyz/bytecode_cache.py ------------------------------------
+
+@pytest.fixture(scope="module")
+def writer():
+    """pyz/bytecode_cache.py imported from the repository, a module of its own as in
+    the archive."""
+    spec = importlib.util.spec_from_file_location("bytecode_cache",
+                                                  str(PROGRAMS / "bytecode_cache.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def opened_directory(path):
+    return os.open(str(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY)
+
+
+def test_prepare_makes_a_missing_directory_0700_only_when_writable(writer, tmp_path):
+    directory = tmp_path / "cache home" / "memprove-mcp"
+    assert writer.prepare(str(directory), None, False) is None
+    assert not (tmp_path / "cache home").exists()
+    handle = writer.prepare(str(directory), None, True)
+    try:
+        assert os.path.samestat(os.fstat(handle), directory.stat())
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    finally:
+        os.close(handle)
+
+
+def test_prepare_empties_a_directory_others_could_write_and_follows_no_link(writer, tmp_path):
+    directory = tmp_path / "memprove-mcp"
+    (directory / "tree").mkdir(parents=True)
+    (directory / "tree" / "leaf").write_bytes(b"leaf")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_bytes(b"kept")
+    (directory / "link").symlink_to(outside)
+    (directory / "tree" / "link").symlink_to(outside / "kept")
+    os.chmod(str(directory), 0o777)
+    handle = opened_directory(directory)
+    try:
+        assert writer.prepare(str(directory), handle, True) == handle
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+        assert os.listdir(str(directory)) == []
+    finally:
+        os.close(handle)
+    assert sorted(os.listdir(str(outside))) == ["kept"]
+    assert (outside / "kept").read_bytes() == b"kept"
+
+
+def test_write_replaces_a_link_in_its_place_without_following_it(writer, tmp_path):
+    directory = tmp_path / "memprove-mcp"
+    directory.mkdir(mode=0o700)
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"theirs")
+    (directory / "x.pyc").symlink_to(outside)
+    handle = opened_directory(directory)
+    try:
+        writer.write(str(directory), handle, "x.pyc", b"ours", None)    # no reparse points here
+    finally:
+        os.close(handle)
+    info = os.lstat(str(directory / "x.pyc"))
+    assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
+    assert (directory / "x.pyc").read_bytes() == b"ours"
+    assert outside.read_bytes() == b"theirs"
+    assert os.listdir(str(directory)) == ["x.pyc"]
+
+
+def test_the_archive_runs_its_cache_writer_as_a_module_whose_lines_are_pyz_s(plain_pyz,
+                                                                             tmp_path):
+    """__main__.py runs the archive's bytecode_cache.py once, as a module that
+    borrows nothing from it; an error inside it names the line of
+    pyz/bytecode_cache.py, and shows it."""
+    namespace = main_py_namespace(plain_pyz)
+    namespace["__loader__"] = zipimport.zipimporter(str(plain_pyz))    # as when run as a zipapp
+    module = namespace["cache_writer"]()
+    assert namespace["cache_writer"]() is module
+    assert module.os is os and "reparse_point" not in vars(module)
+    directory = tmp_path / "memprove-mcp"
+    directory.mkdir(mode=0o700)
+    handle = opened_directory(directory)
+    try:
+        with pytest.raises(TypeError) as raised:     # data as text: os.write refuses it
+            module.write(str(directory), handle, "x.pyc", "text", None)
+    finally:
+        os.close(handle)
+    frame = traceback.extract_tb(raised.tb)[-1]
+    lines = (PROGRAMS / "bytecode_cache.py").read_text().splitlines()
+    assert (frame.filename, frame.name) == (str(plain_pyz) + "/bytecode_cache.py", "write")
+    assert "os.write(opened, data)" in lines[frame.lineno - 1]
+    assert frame.line == lines[frame.lineno - 1].strip()
 
 
 # --- hostile files in the user's own cache (no second user needed) --------------

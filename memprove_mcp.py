@@ -112,7 +112,8 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   home               the variable that names the user's home to clients
 #   versioned_python   the command that runs a given Python version
 #   file_lock          how context.lock is locked: flock, or msvcrt's byte lock
-#   opener             the command that opens a file as a double-click would
+#   opener             the command that opens a file as a double-click would,
+#                      where Claude Desktop runs
 #   share_modes        a file another process has open cannot be opened or
 #                      replaced for a while: a refusal is waited out, not
 #                      reported (the C runtime's open gives no winerror, so
@@ -122,7 +123,7 @@ PLATFORMS = {
               "home": "HOME", "versioned_python": "python{0}",
               "posix_files": True, "drive_letters": False, "system_path": None,
               "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False,
-              "file_lock": "flock", "opener": "xdg-open"},
+              "file_lock": "flock", "opener": None},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
                "home": "HOME", "versioned_python": "python{0}",
                "posix_files": True, "drive_letters": False,
@@ -813,34 +814,47 @@ WRITERS = {"json": json_text, "toml": toml_text, "yaml": yaml_text}
 # plugin.md: the kit is written on the user's own machine, so every entry can
 # name this interpreter by its path, and the .pyz through the root variable of
 # the client that installed it (servers start in the session's directory, so
-# a relative path would not do).  Each client reads only its own files of the
-# folder, so each ends with exactly one `memprove` server.  A kit is one row of
-# KIT_FILES per file; a client's server entry is one row of KIT_SERVERS.
+# a relative path would not do), or, for Codex, whose plugin servers have no
+# such variable, by its path in the kit, which is read in place.  Each client
+# reads only its own files of the folder, so each ends with exactly one
+# `memprove` server.  A kit is one row of KIT_FILES per file; a client's server
+# entry is one row of KIT_SERVERS.
 
 KIT_NAME = "memprove"                  # the marketplace's, the plugin's and the extension's
 KIT_ARCHIVE = "memprove_mcp.pyz"
 KIT_DESCRIPTION = ("The memprove ledger for coding agents: resume a Task from its Pack, record "
                    "what you learn and decide, complete it on passed test runs.")
-AGENT_PLUGINS_SCHEMA = "https://agent-plugins.org/schemas/1.0.0/"
+KIT_AUTHOR = {"name": KIT_NAME}
 
 
-def kit_server(root_variable, stdio_type=False):
+def kit_server(root, stdio_type=False, trailing=()):
     """The server entry of a kit file: this interpreter, the kit's .pyz
-    through the client's `root_variable`, and print-config's arguments."""
+    through `root` (a client's root variable, or a function of the kit that
+    gives the folder), and print-config's arguments."""
     def shape(kit):
         entry = {"type": "stdio"} if stdio_type else {}
         entry["command"] = kit["python"]
-        entry["args"] = [root_variable + KIT_ARCHIVE] + kit["args"]
+        entry["args"] = [(root if isinstance(root, str) else root(kit)) + KIT_ARCHIVE] + kit["args"]
         entry["env"] = {"MEMPROVE_CONFIG_DIR": kit["config_dir"]}
+        entry.update(trailing)
         return entry
     return shape
 
 
+def kit_plugin_folder(kit):
+    return os.path.join(kit["folder"], KIT_NAME, "")
+
+
 # Each client the kit installs in: its server entry, and what it expands in a
-# value (refused in a path, as print-config refuses it).
+# value (refused in a path, as print-config refuses it).  Codex 0.171.0 refuses
+# an Agent Plugins server that names an interpreter by its path, and starts
+# one in its copy of the plugin, where no Workspace is found: its own manifest
+# (.codex-plugin/) starts the server in the session's folder, and passes the
+# variables `env_vars` names, as its config.toml does.
 KIT_SERVERS = {
     "claude-code": (kit_server("${CLAUDE_PLUGIN_ROOT}/", stdio_type=True), ("${",)),
-    "codex": (kit_server("${PLUGIN_ROOT}/"), ("${",)),
+    "codex": (kit_server(kit_plugin_folder, trailing=(("env_vars", list(SHELL_VARIABLES)),)),
+              ("${",)),
     "gemini": (kit_server("${extensionPath}${/}"), ("$",)),
     "claude-desktop": (kit_server("${__dirname}/"), ("${",)),
 }
@@ -848,27 +862,25 @@ KIT_SERVERS = {
 
 def kit_marketplace(kit):
     # Claude Code and Codex read the same local marketplace.
-    return {"name": KIT_NAME, "owner": {"name": KIT_NAME},
+    return {"name": KIT_NAME, "owner": KIT_AUTHOR, "description": KIT_DESCRIPTION,
             "plugins": [{"name": KIT_NAME, "source": "./" + KIT_NAME,
                          "description": KIT_DESCRIPTION, "version": kit["version"]}]}
 
 
-def kit_claude_plugin(kit):
-    return {"name": KIT_NAME, "version": kit["version"], "description": KIT_DESCRIPTION}
+def kit_plugin(servers=None):
+    """A plugin manifest, Claude Code's (its servers in .mcp.json beside it) or
+    Codex's (`servers`: the file that holds them)."""
+    def manifest(kit):
+        plugin = {"name": KIT_NAME, "version": kit["version"], "description": KIT_DESCRIPTION,
+                  "author": KIT_AUTHOR}
+        if servers:
+            plugin["mcpServers"] = servers
+        return plugin
+    return manifest
 
 
-def kit_claude_servers(kit):
-    return {"mcpServers": {KIT_NAME: KIT_SERVERS["claude-code"][0](kit)}}
-
-
-def kit_agent_plugin(kit):
-    return {"$schema": AGENT_PLUGINS_SCHEMA + "plugin.schema.json", "name": KIT_NAME,
-            "version": kit["version"], "description": KIT_DESCRIPTION}
-
-
-def kit_agent_servers(kit):
-    return {"$schema": AGENT_PLUGINS_SCHEMA + "mcp.schema.json",
-            "mcpServers": {KIT_NAME: KIT_SERVERS["codex"][0](kit)}}
+def kit_servers(client):
+    return lambda kit: {"mcpServers": {KIT_NAME: KIT_SERVERS[client][0](kit)}}
 
 
 def kit_gemini_extension(kit):
@@ -881,7 +893,7 @@ def kit_bundle_manifest(kit):
     this machine for this machine, so its command is this interpreter."""
     server = KIT_SERVERS["claude-desktop"][0](kit)
     return {"manifest_version": "0.3", "name": KIT_NAME, "version": kit["version"],
-            "description": KIT_DESCRIPTION, "author": {"name": KIT_NAME},
+            "description": KIT_DESCRIPTION, "author": KIT_AUTHOR,
             "server": {"type": "python", "entry_point": KIT_ARCHIVE,
                        "mcp_config": {"command": server["command"], "args": server["args"],
                                       "env": server["env"]}},
@@ -916,10 +928,11 @@ def bundle_file(kit):
 # Every file of the kit, by its path in the folder, and what makes its bytes.
 KIT_FILES = (
     ((".claude-plugin", "marketplace.json"), json_file(kit_marketplace)),
-    ((KIT_NAME, ".claude-plugin", "plugin.json"), json_file(kit_claude_plugin)),
-    ((KIT_NAME, ".mcp.json"), json_file(kit_claude_servers)),
-    ((KIT_NAME, "plugin.json"), json_file(kit_agent_plugin)),
-    ((KIT_NAME, "mcp.json"), json_file(kit_agent_servers)),
+    ((KIT_NAME, ".claude-plugin", "plugin.json"), json_file(kit_plugin())),
+    ((KIT_NAME, ".mcp.json"), json_file(kit_servers("claude-code"))),
+    ((KIT_NAME, ".codex-plugin", "plugin.json"),
+     json_file(kit_plugin(servers="./.codex-plugin/mcp.json"))),
+    ((KIT_NAME, ".codex-plugin", "mcp.json"), json_file(kit_servers("codex"))),
     ((KIT_NAME, "gemini-extension.json"), json_file(kit_gemini_extension)),
     ((KIT_NAME, KIT_ARCHIVE), lambda kit: kit["archive"]),
     ((KIT_NAME, "README.md"), lambda kit: kit_readme(kit).encode("utf-8")),
@@ -981,7 +994,7 @@ def kit_values(options, folder):
     if workspace:
         args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
     kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
-           "args": args, "archive": archive,
+           "args": args, "archive": archive, "folder": utf8_text(folder),
            # The archive's bytes decide it, so an update is seen as one.
            "version": "%s+%s" % (VERSION, hashlib.sha256(archive).hexdigest()[:12])}
     kit["commands"] = kit_commands(folder, kit["version"])
@@ -997,6 +1010,7 @@ def kit_refusal(kit, folder):
             return "%s is not valid UTF-8; no client could read it." % shown_path(value)
         for client, (_, expands) in KIT_SERVERS.items():
             marker = next((marker for marker in expands if marker in value), None)
+            # The folder is in Codex's entry alone, where nothing is expanded.
             if marker and value != folder:
                 return ("%s holds %s, which %s would expand in its configuration; use a "
                         "path without it." % (shown_path(value), marker, client))
@@ -1068,9 +1082,11 @@ def write_kit(kit, folder):
 
 
 # What standard output says after the kit is written: per client, the
-# commands that install it, in the platform's shell; then those that update
-# a client to a kit written again.  {folder}, {extension} and {bundle} are
-# the kit's paths, quoted for that shell.
+# commands that install it, in the platform's shell, then those that make a
+# client take a kit written again (Claude Code and Codex read the folder in
+# place, Gemini CLI copies it).  {folder}, {extension} and {bundle} are the
+# kit's paths quoted for that shell, {open} the platform's opener; a client
+# whose commands need one the platform lacks (Claude Desktop on Linux) is left out.
 KIT_INSTALL = (
     ("Claude Code", ("claude plugin marketplace add {folder}",
                      "claude plugin install memprove@memprove")),
@@ -1078,8 +1094,14 @@ KIT_INSTALL = (
     ("Gemini CLI", ("gemini extensions install {extension} --consent",)),
     ("Claude Desktop", ("{open} {bundle}",)),
 )
-KIT_UPDATE = ("claude plugin marketplace update memprove", "claude plugin update memprove@memprove",
-              "codex plugin add memprove@memprove", "gemini extensions update memprove")
+KIT_UPDATE = ("claude plugin update memprove@memprove", "codex plugin add memprove@memprove",
+              "gemini extensions update memprove")
+KIT_PREFACE = (
+    "The memprove kit, version {version}, is in {folder}.",
+    "The clients read it in place: keep the folder where it is.",
+    "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
+    "",
+)
 
 
 def kit_commands(folder, version, platform=PLATFORM):
@@ -1088,9 +1110,10 @@ def kit_commands(folder, version, platform=PLATFORM):
              "extension": shell_word(shell, os.path.join(folder, KIT_NAME)),
              "bundle": shell_word(shell, os.path.join(folder, KIT_NAME + ".mcpb")),
              "open": PLATFORMS[platform]["opener"]}
-    lines = ["The memprove kit, version %s, is in %s." % (version, shown_path(folder)),
-             "The clients read it in place: keep the folder where it is.", ""]
+    lines = [line.format(version=version, folder=shown_path(folder)) for line in KIT_PREFACE]
     for client, commands in KIT_INSTALL:
+        if "{open}" in "".join(commands) and not paths["open"]:
+            continue
         lines.append(client + ":")
         lines += ["  " + command.format(**paths) for command in commands]
     lines.append("To update after writing the kit again:")

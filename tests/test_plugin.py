@@ -6,36 +6,40 @@ interop tier (tests/interop/test_plugin_kit.py); here the kit is read as files.
 """
 
 import hashlib
-import io
 import json
 import os
 import re
+import sys
 import zipfile
 
 import pytest
 
 from conftest import REPO, run_cli, server_path, snapshot
 
+sys.path.insert(0, str(REPO))
+import memprove_mcp as mp  # noqa: E402  (kit_commands, given a platform)
+
 KIT_FILES = {
     ".claude-plugin/marketplace.json",
     "memprove/.claude-plugin/plugin.json",
     "memprove/.mcp.json",
-    "memprove/plugin.json",
-    "memprove/mcp.json",
+    "memprove/.codex-plugin/plugin.json",
+    "memprove/.codex-plugin/mcp.json",
     "memprove/gemini-extension.json",
     "memprove/memprove_mcp.pyz",
     "memprove/README.md",
     "memprove.mcpb",
 }
 # The server entry of each client's file: where it is, the keys down to it, and the
-# root variable through which it names the .pyz.
+# root variable through which it names the .pyz (None: by its path in the kit, for Codex,
+# whose plugin servers have no such variable).
 SERVER_ENTRIES = {
     "claude-code": ("memprove/.mcp.json", ("mcpServers", "memprove"), "${CLAUDE_PLUGIN_ROOT}/"),
-    "codex": ("memprove/mcp.json", ("mcpServers", "memprove"), "${PLUGIN_ROOT}/"),
+    "codex": ("memprove/.codex-plugin/mcp.json", ("mcpServers", "memprove"), None),
     "gemini": ("memprove/gemini-extension.json", ("mcpServers", "memprove"),
                "${extensionPath}${/}"),
 }
-VERSIONED = ("memprove/.claude-plugin/plugin.json", "memprove/plugin.json",
+VERSIONED = ("memprove/.claude-plugin/plugin.json", "memprove/.codex-plugin/plugin.json",
              "memprove/gemini-extension.json")
 HEADINGS = ("Claude Code:", "Codex CLI:", "Gemini CLI:", "Claude Desktop:",
             "To update after writing the kit again:")
@@ -108,15 +112,24 @@ def test_every_entry_names_this_interpreter_and_the_pyz_through_the_clients_root
     config_dir = server_path(kit_config, server_python)
     tail = ["mcp", "serve", "--config-dir", config_dir, "--workspace",
             server_path(tmp_path, server_python)]
+    in_kit = os.path.join(server_path(folder, server_python), "memprove", "memprove_mcp.pyz")
     for client, (name, keys, root) in SERVER_ENTRIES.items():
         entry = read_json(folder, name)
         for key in keys:
             entry = entry[key]
         assert entry["command"] == python, client
         assert os.path.isabs(entry["command"]) or re.match(r"[A-Za-z]:\\", entry["command"])
-        assert entry["args"] == [root + "memprove_mcp.pyz"] + tail, client
+        assert entry["args"] == [root + "memprove_mcp.pyz" if root else in_kit] + tail, client
         assert entry["env"] == {"MEMPROVE_CONFIG_DIR": config_dir}, client
         assert "cwd" not in entry, client   # the server finds the Workspace from where it starts
+    # Codex hands a server only the variables its entry lists: print-config's list.
+    codex = read_json(folder, SERVER_ENTRIES["codex"][0])["mcpServers"]["memprove"]
+    assert codex["env_vars"] == ["MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR",
+                                 "MEMPROVE_WORKSPACE", "MEMPROVE_TIMEOUT", "MEMPROVE_AGENT_NAME",
+                                 "MEMPROVE_AGENT_ROLE", "MEMPROVE_PARENT_SESSION",
+                                 "MEMPROVE_MCP_LOG"]
+    assert read_json(folder, "memprove/.codex-plugin/plugin.json")["mcpServers"] == \
+        "./.codex-plugin/mcp.json"
     manifest = json.loads(bundle(folder)["manifest.json"][1].decode("utf-8"))
     mcp_config = manifest["server"]["mcp_config"]
     assert mcp_config["command"] == python
@@ -270,11 +283,13 @@ def test_standard_output_gives_each_clients_commands_for_this_shell(
         "Codex CLI:": ["codex plugin marketplace add " + quoted,
                        "codex plugin add memprove@memprove"],
         "Gemini CLI:": ["gemini extensions install '%s' --consent" % (folder / "memprove")],
-        "Claude Desktop:": ["xdg-open '%s'" % (folder / "memprove.mcpb")],
-        "To update after writing the kit again:": found["To update after writing the kit again:"],
+        # No Claude Desktop block: it runs on macOS and Windows only.
+        "To update after writing the kit again:": ["claude plugin update memprove@memprove",
+                                                   "codex plugin add memprove@memprove",
+                                                   "gemini extensions update memprove"],
     }
-    assert found["To update after writing the kit again:"]
     assert any("in place" in line and "keep" in line for line in preface)
+    assert any("Gemini" in line and "answer y" in line for line in preface)
     # The kit's README carries the same commands.
     readme = (folder / "memprove" / "README.md").read_text(encoding="utf-8")
     assert done.stdout.decode("utf-8") in readme
@@ -293,3 +308,11 @@ def test_windows_python_writes_the_kit_and_powershell_commands(pyz, windows_pyth
     entry = read_json(folder, "memprove/.mcp.json")["mcpServers"]["memprove"]
     assert entry["command"].lower().endswith("python.exe"), entry
     assert entry["args"][0] == "${CLAUDE_PLUGIN_ROOT}/memprove_mcp.pyz"
+
+
+def test_macos_prints_claude_desktops_command_and_linux_none():
+    # No Mac here: the platform is given to the function that applies its rule.
+    darwin, _ = blocks(mp.kit_commands("/Users/ana/memprove kit", "0.1.0+x", "darwin"))
+    assert darwin["Claude Desktop:"] == ["open '/Users/ana/memprove kit/memprove.mcpb'"]
+    linux, _ = blocks(mp.kit_commands("/home/ana/kit", "0.1.0+x", "linux"))
+    assert "Claude Desktop:" not in linux and "Claude Code:" in linux

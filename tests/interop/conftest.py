@@ -45,6 +45,8 @@ NPM_CLIENTS = {
     "cline": ("cline", "3.0.65"),
     "continue": ("@continuedev/cli", "1.5.47"),
     "amp": ("@ampcode/cli", "0.0.1790142911-g7618fb"),
+    # Claude Desktop's bundle tool (research/plugins.md): validates and reads memprove.mcpb.
+    "mcpb": ("@anthropic-ai/mcpb", "2.1.2"),
 }
 # Install scripts npm does not run by itself, run by hand with node after `npm install`
 # (relative to the package's folder): Amp's binary is put in place by its postinstall.

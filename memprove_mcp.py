@@ -821,6 +821,7 @@ WRITERS = {"json": json_text, "toml": toml_text, "yaml": yaml_text}
 # entry is one row of KIT_SERVERS.
 
 KIT_NAME = "memprove"                  # the marketplace's, the plugin's and the extension's
+KIT_PLUGIN_ID = KIT_NAME + "@" + KIT_NAME
 KIT_ARCHIVE = "memprove_mcp.pyz"
 KIT_DESCRIPTION = ("The memprove ledger for coding agents: resume a Task from its Pack, record "
                    "what you learn and decide, complete it on passed test runs.")
@@ -985,7 +986,6 @@ def kit_values(options, folder):
     if not getattr(loader, "archive", None):
         raise ValueError("mcp plugin copies the .pyz it runs from: run it as "
                          "`python3 memprove_mcp.pyz mcp plugin DIR`.")
-    import hashlib
     with open(loader.archive, "rb") as handle:
         archive = handle.read()
     config_dir = utf8_text(config_directory(options.get("config_dir"), os.environ))
@@ -995,8 +995,7 @@ def kit_values(options, folder):
         args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
     kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
            "args": args, "archive": archive, "folder": utf8_text(folder),
-           # The archive's bytes decide it, so an update is seen as one.
-           "version": "%s+%s" % (VERSION, hashlib.sha256(archive).hexdigest()[:12])}
+           "version": archive_version(archive)}
     kit["commands"] = kit_commands(folder, kit["version"])
     return kit
 
@@ -1094,8 +1093,9 @@ KIT_INSTALL = (
     ("Gemini CLI", ("gemini extensions install {extension} --consent",)),
     ("Claude Desktop", ("{open} {bundle}",)),
 )
-KIT_UPDATE = ("claude plugin update memprove@memprove", "codex plugin add memprove@memprove",
-              "gemini extensions update memprove")
+KIT_UPDATE = {"claude-code": ("claude plugin update memprove@memprove",),
+              "codex": ("codex plugin add memprove@memprove",),
+              "gemini": ("gemini extensions update memprove",)}
 KIT_PREFACE = (
     "The memprove kit, version {version}, is in {folder}.",
     "The clients read it in place: keep the folder where it is.",
@@ -1117,7 +1117,7 @@ def kit_commands(folder, version, platform=PLATFORM):
         lines.append(client + ":")
         lines += ["  " + command.format(**paths) for command in commands]
     lines.append("To update after writing the kit again:")
-    lines += ["  " + command for command in KIT_UPDATE]
+    lines += ["  " + command for commands in KIT_UPDATE.values() for command in commands]
     return "\n".join(lines) + "\n"
 
 
@@ -4926,7 +4926,10 @@ def check_client(found):
     name = found["options"].get("client") or "claude-code"
     place, entry, looked = find_client_entry(name, found)
     if entry is None:
-        return ("warn", None, "no memprove entry for %s in %s" % (name, ", ".join(looked)),
+        place, entry = find_kit_entry(name, found)
+    if entry is None:
+        kit = " or a plugin kit" if name in KIT_FINDERS else ""
+        return ("warn", None, "no memprove entry for %s in %s%s" % (name, ", ".join(looked), kit),
                 print_config_line(found))
     holder = token_holder(entry, found["token"])
     if holder:
@@ -4951,7 +4954,11 @@ def check_client(found):
     if interpreter and not os.path.exists(program):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, shown_path(program)), print_config_line(found))
-    if os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
+    if "kit" in entry:
+        stale = stale_kit(found, name, place, entry, program)
+        if stale:
+            return stale
+    elif os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
         return ("warn", None, "the memprove entry in %s runs another copy of the server: %s"
                 % (place, shown_path(program)), print_config_line(found))
     config_dir = entry_config_dir(entry)
@@ -4959,7 +4966,25 @@ def check_client(found):
             os.path.abspath(os.path.expanduser(config_dir)) != found.get("config_dir"):
         return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
                 % (place, shown_path(config_dir)), print_config_line(found))
-    return "ok", None, "the memprove entry in %s runs this server" % place, None
+    copy = ", the kit's copy of it, version %s" % shown_path(entry["kit"]["version"]) \
+        if "kit" in entry else ""
+    return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
+
+
+def stale_kit(found, name, place, entry, program):
+    """The warning for a kit whose .pyz is not this one's bytes (plugin.md), or None."""
+    try:
+        with open(program, "rb") as installed, open(found["program"], "rb") as running:
+            if installed.read() == running.read():
+                return None
+            running.seek(0)
+            this = archive_version(running.read())
+    except OSError:
+        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which "
+                "cannot be read" % (place, shown_path(program)), print_config_line(found))
+    return ("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
+            "one, version %s" % (place, shown_path(entry["kit"]["version"]), this),
+            kit_update_line(found, name, entry["kit"]["folder"]))
 
 
 DOCTOR_CHECKS = [
@@ -5003,6 +5028,124 @@ def find_client_entry(name, found):
     return None, None, looked
 
 
+# -- an entry installed from a kit ----------------------------------------------
+# plugin.md: Claude Code, Codex and Gemini CLI each record a kit they installed
+# in a place of their own; what the client runs is found from there, its root
+# variable replaced by the folder it stands for, and checked as a configured
+# entry is, but for the .pyz it names: a copy, the same bytes as this one.
+# Each finder gives the server file, the root variables' folders, the kit's
+# folder and the manifest that holds the installed version; or None.
+
+def claude_kit_entry(found):
+    """Claude Code: enabledPlugins in settings.json, the marketplace's folder in
+    known_marketplaces.json; it runs the kit's own .mcp.json, in place."""
+    base = os.path.join(home_directory(found["environ"], found["platform"]), ".claude")
+    settings = small_json(os.path.join(base, "settings.json"))
+    enabled = settings.get("enabledPlugins") if isinstance(settings, dict) else None
+    if not isinstance(enabled, dict) or enabled.get(KIT_PLUGIN_ID) is not True:
+        return None
+    known = small_json(os.path.join(base, "plugins", "known_marketplaces.json"))
+    marketplace = known.get(KIT_NAME) if isinstance(known, dict) else None
+    folder = marketplace.get("installLocation") if isinstance(marketplace, dict) else None
+    if not isinstance(folder, str):
+        return None
+    plugin = os.path.join(folder, KIT_NAME)
+    return {"path": os.path.join(plugin, ".mcp.json"), "roots": {"${CLAUDE_PLUGIN_ROOT}": plugin},
+            "folder": folder, "manifest": os.path.join(plugin, ".claude-plugin", "plugin.json")}
+
+
+def codex_kit_entry(found):
+    """Codex: the plugin enabled in config.toml, the marketplace's folder there
+    too; it runs its copy's server file, in plugins/cache."""
+    base = PLACES["codex"](found["environ"], None, found["platform"])
+    try:
+        config = user_text(read_regular(os.path.join(base, "config.toml"), MAX_CLIENT_FILE)[0])
+    except (OSError, ValueError):
+        return None
+    plugin = toml_client_entry(config, TOML_PLUGIN)
+    marketplace = toml_client_entry(config, TOML_MARKETPLACE)
+    if not plugin or plugin["env"].get("enabled") != "true" or not marketplace:
+        return None
+    cache = os.path.join(base, "plugins", "cache", KIT_NAME, KIT_NAME)
+    copies = sorted(listing_or_none(cache, ""))
+    if len(copies) != 1:                 # `codex plugin add` keeps one
+        return None
+    copy = os.path.join(cache, copies[0], ".codex-plugin")
+    return {"path": os.path.join(copy, "mcp.json"), "roots": {},
+            "folder": marketplace["env"].get("source"),
+            "manifest": os.path.join(copy, "plugin.json")}
+
+
+def gemini_kit_entry(found):
+    """Gemini CLI: its extension folder, a copy of the kit's (or, linked, the
+    kit's own: .gemini-extension-install.json says which)."""
+    extension = os.path.join(home_directory(found["environ"], found["platform"]), ".gemini",
+                             "extensions", KIT_NAME)
+    install = small_json(os.path.join(extension, ".gemini-extension-install.json"))
+    source = install.get("source") if isinstance(install, dict) else None
+    source = source if isinstance(source, str) else None
+    root = source if source and install.get("type") == "link" else extension
+    path = os.path.join(extension, "gemini-extension.json")
+    return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
+            "folder": source and os.path.dirname(source), "manifest": path}
+
+
+KIT_FINDERS = {"claude-code": claude_kit_entry, "codex": codex_kit_entry,
+               "gemini": gemini_kit_entry}
+
+
+def find_kit_entry(name, found):
+    """(file, entry) of the memprove server a kit installed in client `name`,
+    or (None, None); the entry's "kit" holds the kit's folder and version."""
+    finder = KIT_FINDERS.get(name)
+    kit = finder(found) if finder else None
+    entry = kit and kit_server_entry(kit["path"], kit["roots"])
+    if not entry:
+        return None, None
+    manifest = small_json(kit["manifest"])
+    version = manifest.get("version") if isinstance(manifest, dict) else None
+    entry["kit"] = {"folder": kit["folder"] if isinstance(kit["folder"], str) else None,
+                    "version": version if isinstance(version, str) else "unknown"}
+    return "%s (from a plugin kit)" % shown_path(kit["path"]), entry
+
+
+def kit_server_entry(path, roots):
+    """The memprove entry of a kit's server file, each root variable in its
+    command and arguments replaced by the folder the client gives it."""
+    entry = read_client_entry(path, ("mcpServers", KIT_NAME))
+    if entry is None:
+        return None
+
+    def rooted(value):
+        for variable, folder in roots.items():
+            value = value.replace(variable, folder)
+        return value
+    entry["command"] = entry["command"] and rooted(entry["command"])
+    entry["args"] = [rooted(arg) for arg in entry["args"]]
+    return entry
+
+
+def small_json(path):
+    """A client's small JSON state file, or None."""
+    try:
+        return load_json(user_text(read_regular(path, MAX_CLIENT_FILE)[0]))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def archive_version(data):
+    """The version `mcp plugin` gives a kit of the archive `data`: its bytes
+    decide it, so that a client sees an update as one."""
+    import hashlib
+    return "%s+%s" % (VERSION, hashlib.sha256(data).hexdigest()[:12])
+
+
+def kit_update_line(found, name, folder):
+    """Write the kit again from this .pyz, then the client's update command."""
+    again = doctor_command(found, "mcp", "plugin", folder or "<the kit's folder>")
+    return "%s, then: %s" % (again, " && ".join(KIT_UPDATE[name]))
+
+
 def entry_keys(name):
     """The keys down to the memprove entry, from the very shape print-config
     writes: {"mcpServers": {"memprove": ...}} gives ("mcpServers", "memprove")."""
@@ -5017,9 +5160,9 @@ def entry_keys(name):
     return tuple(keys)
 
 
-def listing_or_none(path):
+def listing_or_none(path, endings=(".yaml", ".yml")):
     try:
-        return [item for item in os.listdir(path) if item.endswith((".yaml", ".yml"))]
+        return [item for item in os.listdir(path) if item.endswith(endings)]
     except OSError:
         return []
 
@@ -5080,6 +5223,8 @@ def keyed_values(value):
 # skipped, and each line is read by a scanner that only moves forward.
 
 TOML_TABLE = Pattern(r"""\s*\[\s*mcp_servers\s*\.\s*["']?memprove["']?\s*(\]|\.)""")
+TOML_PLUGIN = Pattern(r"""\s*\[\s*plugins\s*\.\s*["']memprove@memprove["']\s*(\])""")
+TOML_MARKETPLACE = Pattern(r"""\s*\[\s*marketplaces\s*\.\s*["']?memprove["']?\s*(\])""")
 YAML_KEYED = Pattern(r"""(\s*)(-\s+)?["']?memprove["']?\s*:\s*(#.*)?\Z""")
 YAML_NAMED = Pattern(r"""(\s*)-\s+(\{[^}]*)?name\s*:\s*["']?memprove["']?\s*[,}]?""")
 
@@ -5089,14 +5234,16 @@ def client_lines(data):
     return [line if len(line) <= MAX_CLIENT_LINE else "" for line in data.splitlines()]
 
 
-def toml_client_entry(data):
+def toml_client_entry(data, table_pattern=TOML_TABLE):
+    """The block of the table `table_pattern` matches (its group 1 "]" for the
+    table itself, "." for a sub-table, which belongs to the block)."""
     lines = client_lines(data)
     for index, line in enumerate(lines):
-        table = TOML_TABLE.match(line)
+        table = table_pattern.match(line)
         if table and table.group(1) == "]":
             block = [line]
             for rest in lines[index + 1:]:
-                if rest.lstrip().startswith("[") and not TOML_TABLE.match(rest):
+                if rest.lstrip().startswith("[") and not table_pattern.match(rest):
                     break
                 block.append(rest)
             return lines_entry(block)

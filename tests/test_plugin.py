@@ -316,3 +316,91 @@ def test_macos_prints_claude_desktops_command_and_linux_none():
     assert darwin["Claude Desktop:"] == ["open '/Users/ana/memprove kit/memprove.mcpb'"]
     linux, _ = blocks(mp.kit_commands("/home/ana/kit", "0.1.0+x", "linux"))
     assert "Claude Desktop:" not in linux and "Claude Code:" in linux
+
+
+# -- doctor finds what a client installed from a kit ------------------------------------
+# Each client's record of an installed kit, as the pinned clients write it
+# (docs/plugin.md, "doctor"); the interop tier checks doctor against the real clients.
+
+def claude_installed(home, kit, enabled=True):
+    plugins = home / ".claude" / "plugins"
+    plugins.mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text(json.dumps(
+        {"enabledPlugins": {"memprove@memprove": enabled},
+         "extraKnownMarketplaces": {"memprove": {"source": {"source": "directory",
+                                                             "path": str(kit)}}}}))
+    (plugins / "known_marketplaces.json").write_text(json.dumps(
+        {"memprove": {"source": {"source": "directory", "path": str(kit)},
+                      "installLocation": str(kit)}}))
+
+
+def codex_installed(home, kit, enabled=True):
+    import shutil
+    codex = home / ".codex"
+    version = read_json(kit, VERSIONED[1])["version"]
+    shutil.copytree(str(kit / "memprove"), str(codex / "plugins" / "cache" / "memprove" /
+                                               "memprove" / version))
+    (codex / "config.toml").write_text(
+        'model = "x"\n\n[marketplaces.memprove]\nsource_type = "local"\nsource = "%s"\n\n'
+        '[plugins."memprove@memprove"]\nenabled = %s\n' % (kit, "true" if enabled else "false"))
+
+
+def gemini_installed(home, kit, enabled=True):
+    import shutil
+    extension = home / ".gemini" / "extensions" / "memprove"
+    shutil.copytree(str(kit / "memprove"), str(extension))
+    (extension / ".gemini-extension-install.json").write_text(json.dumps(
+        {"source": str(kit / "memprove"), "type": "local"}))
+
+
+INSTALLED = {"claude-code": claude_installed, "codex": codex_installed,
+             "gemini": gemini_installed}
+
+
+def doctor_client(python, pyz, client, env, cwd, kit_config):
+    done = run_cli(python, pyz, ["mcp", "doctor", "--client", client, "--json",
+                                 "--config-dir", kit_config], env, cwd)
+    return dict((check["name"], check) for check in json.loads(done.stdout)["checks"])["client"]
+
+
+@pytest.mark.parametrize("client", sorted(INSTALLED))
+def test_doctor_finds_the_kit_a_client_installed(pyz, newest_python, make_env, home, tmp_path,
+                                                 kit_config, client):
+    kit = tmp_path / "kit"
+    assert write_kit(newest_python, pyz, kit, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    INSTALLED[client](home, kit)
+    check = doctor_client(newest_python, pyz, client, make_env(), tmp_path, kit_config)
+    version = read_json(kit, VERSIONED[0])["version"]
+    assert check["status"] == "ok", check
+    assert "(from a plugin kit)" in check["detail"] and version in check["detail"], check
+
+
+@pytest.mark.parametrize("client, update", [
+    ("claude-code", "claude plugin update memprove@memprove"),
+    ("codex", "codex plugin add memprove@memprove"),
+    ("gemini", "gemini extensions update memprove")])
+def test_doctor_warns_of_a_kit_from_other_bytes_with_the_update_commands(
+        pyz, newest_python, make_env, home, tmp_path, kit_config, client, update):
+    kit = tmp_path / "kit"
+    older = tmp_path / "older.pyz"
+    older.write_bytes(pyz.read_bytes() + b"\0")        # another archive, another version
+    assert write_kit(newest_python, older, kit, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    INSTALLED[client](home, kit)
+    check = doctor_client(newest_python, pyz, client, make_env(), tmp_path, kit_config)
+    assert check["status"] == "warn", check
+    assert read_json(kit, VERSIONED[0])["version"] in check["detail"], check
+    assert "%s mcp plugin %s, then: %s" % (pyz, kit, update) in check["fix"], check
+
+
+# (Gemini's enablement is a list of folder globs: an installed extension is taken as enabled.)
+@pytest.mark.parametrize("client", ["claude-code", "codex"])
+def test_doctor_passes_over_a_kit_the_client_disabled(pyz, newest_python, make_env, home,
+                                                      tmp_path, kit_config, client):
+    kit = tmp_path / "kit"
+    assert write_kit(newest_python, pyz, kit, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    INSTALLED[client](home, kit, enabled=False)
+    check = doctor_client(newest_python, pyz, client, make_env(), tmp_path, kit_config)
+    assert check["status"] == "warn" and "or a plugin kit" in check["detail"], check

@@ -149,6 +149,22 @@ def commands_for(blocks, program):
     return install, [argv for argv in update if argv[0] == program]
 
 
+def doctor_client(pyz, client, home, project, config_dir, extra=None):
+    """`mcp doctor --client CLIENT --json`'s `client` check, run from `pyz` by the user
+    whose HOME the client installed the kit in (its daemon check is not looked at)."""
+    done = subprocess.run([sys.executable, str(pyz), "mcp", "doctor", "--client", client,
+                           "--config-dir", str(config_dir), "--json"], cwd=str(project),
+                          env=clean_env(home, extra), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
+    checks = dict((check["name"], check) for check in json.loads(done.stdout)["checks"])
+    return checks["client"]
+
+
+def found_the_kit(check, version):
+    assert check["status"] == "ok" and "(from a plugin kit)" in check["detail"] and \
+        "runs this server" in check["detail"] and version in check["detail"], check
+
+
 def kit_version(kit):
     """The version the kit gives its plugin (the marketplace's entry; every manifest agrees)."""
     marketplace = json.loads((kit / ".claude-plugin" / "marketplace.json").read_text("utf-8"))
@@ -332,6 +348,8 @@ def test_claude_code_installs_the_kit(claude, pyz, next_pyz, kit_python, daemon,
     assert command == " ".join([str(kit_python.path), str(kit_pyz), "mcp", "serve",
                                 "--config-dir", str(claude.config_dir)]), out
     served_by(kit_python.wire, kit_pyz, server_version, pyz, [config.token])
+    found_the_kit(doctor_client(pyz, "claude-code", claude.home, claude.project_dir,
+                                claude.config_dir), kit_version(kit))
 
     endpoint, names = claude_turn(claude, daemon, "MEMPROVE-KIT-CLAUDE")
     # Claude Code gives a plugin's server the session's folder as CLAUDE_PROJECT_DIR.
@@ -354,6 +372,10 @@ def test_claude_code_installs_the_kit(claude, pyz, next_pyz, kit_python, daemon,
     assert [name for name in listed if KIT in name] == [CLAUDE_SERVER], out
     assert listed[CLAUDE_SERVER][1] == "Connected", out
     served_by(kit_python.wire, kit_pyz, NEXT_VERSION, next_pyz, [config.token])
+    # Doctor from the older .pyz sees the kit's newer one, and says how to update.
+    stale = doctor_client(pyz, "claude-code", claude.home, claude.project_dir, claude.config_dir)
+    assert stale["status"] == "warn" and kit_version(kit) in stale["detail"], stale
+    assert stale["fix"].endswith("claude plugin update memprove@memprove"), stale
     token_nowhere(config.token, claude.home, claude.config_dir / "token")
 
 
@@ -445,6 +467,9 @@ def test_codex_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_py
     version = kit_version(kit)
     assert (installed[0]["installed"], installed[0]["enabled"], installed[0]["version"]) == (
         True, True, version), installed
+    codex_home = {"CODEX_HOME": agent.env["CODEX_HOME"]} if "CODEX_HOME" in agent.env else None
+    found_the_kit(doctor_client(pyz, "codex", agent.home, agent.project, agent.config_dir,
+                                codex_home), version)
 
     script = turn_script("MEMPROVE-KIT-CODEX", CODEX_NAMES)
     endpoint = endpoint_in("openai-responses", script)
@@ -514,6 +539,8 @@ def test_gemini_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_p
                                        "--config-dir", str(agent.config_dir)]),
          "stdio", "Connected")], out
     served_by(kit_python.wire, gemini_pyz, server_version, pyz, [config.token])
+    found_the_kit(doctor_client(pyz, "gemini", agent.home, agent.project, agent.config_dir),
+                  kit_version(kit))
 
     code, out, err = agent.run("gemini", "-m", GEMINI_MODEL, "-y", "-p",
                                "MEMPROVE-KIT-GEMINI: begin the kit work.")
@@ -528,7 +555,12 @@ def test_gemini_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_p
     blocks = printed_blocks(kit_python.write_kit(next_pyz, kit, agent.config_dir, agent.home))
     install_again, update = commands_for(blocks, "gemini")
     assert install_again == install, blocks
+    # Gemini runs its copy: until the update, doctor from the new .pyz finds it behind.
+    stale = doctor_client(next_pyz, "gemini", agent.home, agent.project, agent.config_dir)
+    assert stale["status"] == "warn" and "gemini extensions update memprove" in stale["fix"], stale
     run_printed(agent_runner(agent), update, ANSWERS["gemini"])
+    found_the_kit(doctor_client(next_pyz, "gemini", agent.home, agent.project, agent.config_dir),
+                  kit_version(kit))
     listed, out = gemini_listed(agent)
     assert [(row[3].split(" ")[1], row[-1]) for row in listed if KIT in row[1]] == [
         (str(gemini_pyz), "Connected")], out

@@ -1800,7 +1800,7 @@ def tool_pack(call, args):
     context = call.context()
     task_id = call.task_id(args.get("task"), context)
     capsule = call.capsule(task_id)
-    budget = args.get("budget", 6000)
+    budget = args.get("budget", PACK_BUDGET)
     query = args.get("query")
     agent = call.agent(context)
     try:
@@ -3695,11 +3695,13 @@ def resolve_loopback(host, port):
 # pack.md, byte for byte: pure functions of a Capsule.  Lengths are UTF-16
 # code units, the unit JavaScript clients measure strings in.
 
+PACK_BUDGET = 6000                    # pack.md's default budget
 CONTROLS = Pattern("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 LINE_CAP = 300
 # What reading a Capsule whose fields have the wrong shape raises.
 CAPSULE_MISREAD = (KeyError, TypeError, ValueError, AttributeError)
 SECTIONS = ("Next action:", "Open items:", "Decisions:", "Facts:", "Runs:")
+DECISIONS, RUNS = 2, 4                # sections 0 to 3 hold claims, 4 the Runs
 FOOTER = ("(Claims left out: %d. Runs left out: %d. Lines cut: %d. "
           "The claims tool gives any claim in full.)")
 
@@ -3759,6 +3761,10 @@ def run_line(run):
                                               fold(run.get("command")), fold(run.get("finished_at")))
 
 
+def candidate_line(section, record):
+    return run_line(record) if section == RUNS else claim_line(record)
+
+
 # -- the same lines in bulk ----------------------------------------------------
 # A query must see every candidate's line, and one Python call per line and per
 # text is most of what that costs on a Task of 10,000 claims.  These build the
@@ -3808,6 +3814,19 @@ def fold_all(values):
     return folded
 
 
+def candidate_lines(sections, records):
+    """candidate_line of every candidate, a section at a time (`sections` ascends)."""
+    from bisect import bisect_left
+    lines, start = [], 0
+    while start < len(records):
+        section = sections[start]
+        stop = bisect_left(sections, section + 1, start)
+        group = records[start:stop]
+        lines += run_lines(group) if section == RUNS else claim_lines(group, section == DECISIONS)
+        start = stop
+    return lines
+
+
 def claim_lines(claims, decisions=False):
     """claim_line of every claim; `decisions`: they are all decisions, else none is."""
     texts = fold_all([claim.get("text") for claim in claims])
@@ -3852,38 +3871,6 @@ def run_lines(runs):
             for run, label, command, end in zip(runs, labels, commands, ends)]
 
 
-def candidate_lines(sections, records):
-    """candidate_line of every candidate, a section at a time (`sections` ascends)."""
-    from bisect import bisect_left
-    lines, start = [], 0
-    while start < len(records):
-        section = sections[start]
-        stop = bisect_left(sections, section + 1, start)
-        group = records[start:stop]
-        lines += run_lines(group) if section == 4 else claim_lines(group, section == 2)
-        start = stop
-    return lines
-
-
-def matching_candidates(sections, records, tokens):
-    """(indices, lines): the candidates whose casefolded line holds every token.
-
-    A chunk at a time, keeping only the lines that match: the lines of a
-    large Task, built all at once and then read again to match them, outgrow
-    the processor's caches (twice the cache misses of the line-by-line way).
-    """
-    found, kept = [], []
-    for start in range(0, len(records), MATCH_CHUNK):
-        lines = candidate_lines(sections[start:start + MATCH_CHUNK], records[start:start + MATCH_CHUNK])
-        folded = [line.casefold() for line in lines]
-        hits = range(len(lines))
-        for token in tokens:
-            hits = [index for index in hits if token in folded[index]]
-        found += [start + index for index in hits]
-        kept += [lines[index] for index in hits]
-    return found, kept
-
-
 def capped_lines(lines):
     """[cap_line(line) for line in lines], and the units each capped line costs
     with its newline.  Lines all of ASCII, the usual case, are priced in bulk:
@@ -3901,12 +3888,52 @@ def cut_count(lines):
     return sum(1 for line in lines if len(line) > LINE_CAP // 2 and utf16_len(line) > LINE_CAP)
 
 
+# -- the steps of pack.md --------------------------------------------------------
+
+def render_pack(capsule, budget=PACK_BUDGET, query=None):
+    """The Pack of pack.md and its figures: pack, units, claims_shown,
+    claims_left_out, runs_left_out, lines_cut.
+
+    pack.md's steps in its order.  Lines are built, capped and priced only as
+    far as the budget reaches (a query must see them all, and builds them in
+    bulk), so a large Capsule costs little more than its filtering.
+    """
+    header = pack_header(capsule)
+    candidates = Candidates(*pack_candidates(capsule))
+    folded_query = fold(query)
+    if folded_query:
+        everyone = len(candidates)
+        candidates = candidates.matching(folded_query.casefold().split(" "))
+        header.append("Query: %s (%d of %d lines match)" % (folded_query, len(candidates), everyone))
+    header_text = "".join(line + "\n" for line in header)
+    shown, reserved = fill_budget(candidates, budget - utf16_len(header_text))
+    return laid_out(header_text, candidates, shown, reserved)
+
+
+def pack_header(capsule):
+    task = capsule["task"]
+    sessions = capsule.get("sessions") or ()
+    open_sessions = sorted((s for s in sessions if s.get("state") == "open"), key=lambda s: s["number"])
+    closed = sum(1 for s in sessions if s.get("state") in ("ended", "abandoned"))
+    lines = ["Task %d: %s [%s]" % (task["number"], fold(task.get("title")), fold(task.get("status")))]
+    if open_sessions:
+        listed = ", ".join("s%d %s/%s" % (s["number"], fold((s.get("agent") or {}).get("name")),
+                                          fold((s.get("agent") or {}).get("role")))
+                           for s in open_sessions)
+        lines.append("Sessions: %d open (%s), %d closed" % (len(open_sessions), listed, closed))
+    else:
+        lines.append("Sessions: 0 open, %d closed" % closed)
+    ledger = capsule.get("ledger") or {}
+    lines.append("Ledger: %d entries, head %s" % (ledger["entries"], fold(ledger.get("head"))[:12]))
+    return lines
+
+
 def pack_candidates(capsule):
     """(sections, records): every candidate in the Pack's order, and its section.
 
-    Sections 0 to 3 hold claims and 4 holds Runs.  Two flat lists rather than a
-    tuple per candidate: a Capsule of 100,000 claims then allocates next to
-    nothing, so no garbage collection walks it while the Pack is made.
+    Two flat lists rather than a tuple per candidate: a Capsule of 100,000
+    claims then allocates next to nothing, so no garbage collection walks it
+    while the Pack is made.
     """
     by_kind = {"next_action": ([], []), "open_item": ([], []), "decision": ([], []), "fact": ([], [])}
     for claim in capsule["claims"]:
@@ -3935,135 +3962,166 @@ def by_number(numbers, claims, descending=False):
     A daemon lists claims in number order, so that is checked first; sorting
     by the numbers already gathered spares a second visit to every claim.
     """
-    if all(low < high for low, high in zip(numbers, numbers[1:])):
+    from operator import lt
+    if all(map(lt, numbers, numbers[1:])):
         return claims[::-1] if descending else claims
     order = sorted(range(len(numbers)), key=numbers.__getitem__, reverse=descending)
     return [claims[index] for index in order]
 
 
-def candidate_line(section, record):
-    return run_line(record) if section == 4 else claim_line(record)
+class Candidates(object):
+    """The Pack's candidates in order, with their lines as far as they are needed.
 
-
-def pack_header(capsule):
-    task = capsule["task"]
-    sessions = capsule.get("sessions") or ()
-    open_sessions = sorted((s for s in sessions if s.get("state") == "open"), key=lambda s: s["number"])
-    closed = sum(1 for s in sessions if s.get("state") in ("ended", "abandoned"))
-    lines = ["Task %d: %s [%s]" % (task["number"], fold(task.get("title")), fold(task.get("status")))]
-    if open_sessions:
-        listed = ", ".join("s%d %s/%s" % (s["number"], fold((s.get("agent") or {}).get("name")),
-                                          fold((s.get("agent") or {}).get("role")))
-                           for s in open_sessions)
-        lines.append("Sessions: %d open (%s), %d closed" % (len(open_sessions), listed, closed))
-    else:
-        lines.append("Sessions: 0 open, %d closed" % closed)
-    ledger = capsule.get("ledger") or {}
-    lines.append("Ledger: %d entries, head %s" % (ledger["entries"], fold(ledger.get("head"))[:12]))
-    return lines
-
-
-def render_pack(capsule, budget=6000, query=None):
-    """The Pack of pack.md and its figures: pack, units, claims_shown,
-    claims_left_out, runs_left_out, lines_cut.
-
-    Lines are built, capped and priced a chunk at a time, only as far as the
-    budget reaches (a query must see them all, and builds them in bulk), so a
-    large Capsule costs little more than its filtering.
+    `sections` and `records` run side by side.  Lines are built a chunk at a
+    time when first needed (`uncut`, always a prefix of the candidates), then
+    capped and priced: `capped` holds (line, cut) and `totals` what the
+    candidates up to each one cost together, as rule 2 prices them.  A record
+    is read only when its line is built, so one the budget does not reach
+    cannot fail the call.
     """
-    from bisect import bisect_right
-    header = pack_header(capsule)
-    sections, records = pack_candidates(capsule)
-    uncut = []                                        # the lines built so far: always a prefix
-    folded_query = fold(query)
-    if folded_query:
-        matching, uncut = matching_candidates(sections, records, folded_query.casefold().split(" "))
-        header.append("Query: %s (%d of %d lines match)" % (folded_query, len(matching), len(records)))
-        sections = [sections[index] for index in matching]
-        records = [records[index] for index in matching]
 
-    def line_of(index):
-        while len(uncut) <= index:
-            start = len(uncut)
-            stop = min(start + BUILD_CHUNK, len(records))
+    def __init__(self, sections, records, uncut=None):
+        self.sections = sections
+        self.records = records
+        self.uncut = uncut or []
+        self.capped = []
+        self.totals = []
+
+    def __len__(self):
+        return len(self.records)
+
+    def matching(self, tokens):
+        """The candidates whose line matches the query's tokens (all built)."""
+        found, lines = matching_candidates(self.sections, self.records, tokens)
+        return Candidates([self.sections[index] for index in found],
+                          [self.records[index] for index in found], lines)
+
+    def build(self, stop):
+        """Build the lines of the candidates before `stop`."""
+        while len(self.uncut) < stop:
+            start = len(self.uncut)
+            end = min(start + BUILD_CHUNK, len(self.records))
             try:
-                uncut.extend(candidate_lines(sections[start:stop], records[start:stop]))
+                self.uncut += candidate_lines(self.sections[start:end], self.records[start:end])
             except CAPSULE_MISREAD:
                 # A record the chunk cannot read fails the call only if the
                 # budget reaches it, as when lines were built one by one.
-                uncut.append(candidate_line(sections[start], records[start]))
-        return uncut[index]
+                self.uncut.append(candidate_line(self.sections[start], self.records[start]))
 
-    capped = []                                       # (line, cut) of the candidates priced so far
-    totals = []                                       # their running cost
+    def fitting(self, room):
+        """How many candidates, taken in order, fit in `room` units."""
+        from bisect import bisect_right
+        while len(self.totals) < len(self.records) and (not self.totals or self.totals[-1] <= room):
+            self.price_next()
+        return bisect_right(self.totals, room)
 
-    def price_more():
-        """Price the next chunk of candidates, or only the next one when a
-        record in the chunk cannot be read: it fails the call only if the
-        budget reaches it."""
-        start = len(totals)
-        stop = min(start + BUILD_CHUNK, len(records))
+    def price_next(self):
+        """Cap and price the next chunk of candidates, or only the next one
+        when a record in the chunk cannot be read."""
+        start = len(self.totals)
+        stop = min(start + BUILD_CHUNK, len(self.records))
         try:
-            line_of(stop - 1)
+            self.build(stop)
         except CAPSULE_MISREAD:
             stop = start + 1
-            line_of(start)
-        lines, costs = capped_lines(uncut[start:stop])
-        for index in range(start, stop):
-            if index == 0 or sections[index - 1] != sections[index]:
-                costs[index - start] += 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
-        used = totals[-1] if totals else 0
-        for cost in costs:
+            self.build(stop)
+        capped, costs = capped_lines(self.uncut[start:stop])
+        used = self.totals[-1] if self.totals else 0
+        for index, cost in enumerate(costs, start):
+            if index == 0 or self.sections[index - 1] != self.sections[index]:
+                cost += 2 + len(SECTIONS[self.sections[index]])       # "\n", heading, "\n"
             used += cost
-            totals.append(used)
-        capped.extend(lines)
+            self.totals.append(used)
+        self.capped += capped
 
-    def fill(room):
-        """How many candidates, taken in order, fit in `room` units."""
-        while len(totals) < len(records) and (not totals or totals[-1] <= room):
-            price_more()
-        return bisect_right(totals, room)
+    def cut_so_far(self):
+        """How many of the lines built so far the cap cuts."""
+        return (sum(cut for _, cut in self.capped) +
+                cut_count(self.uncut[len(self.capped):]))     # built, not priced: a query built them all
 
-    header_text = "".join(line + "\n" for line in header)
-    room = budget - utf16_len(header_text)
-    shown = fill(room)                                # builds the lines the budget reaches
-    known_cut = sum(1 for _, cut in capped if cut)
-    footer = known_cut > 0 or shown < len(records)
-    if footer:
-        # Rule 2's reserve counts the cut lines of every candidate, but only its
-        # number of digits matters.  When the fewest and the most cut lines the
-        # unbuilt candidates could hold give the same filling, that is the
-        # filling, and those lines are never built.
-        runs_total = sections.count(4)
 
-        def fill_reserving(cut_total):
-            reserve = 2 + utf16_len(FOOTER % (len(records) - runs_total, runs_total, cut_total))
-            return fill(room - reserve)
+def matching_candidates(sections, records, tokens):
+    """(indices, lines): the candidates whose casefolded line holds every token.
 
-        known_cut += cut_count(uncut[len(capped):])   # built, not priced: a query built them all
-        unbuilt = len(records) - len(uncut)
-        shown = fill_reserving(known_cut)
-        if unbuilt and shown != fill_reserving(known_cut + unbuilt):
-            line_of(len(records) - 1)
-            shown = fill_reserving(known_cut + cut_count(uncut[len(records) - unbuilt:]))
+    A chunk at a time, keeping only the lines that match: the lines of a
+    large Task, built all at once and then read again to match them, outgrow
+    the processor's caches (twice the cache misses of the line-by-line way).
+    """
+    found, kept = [], []
+    for start in range(0, len(records), MATCH_CHUNK):
+        lines = candidate_lines(sections[start:start + MATCH_CHUNK], records[start:start + MATCH_CHUNK])
+        hits = matching_lines(lines, tokens)
+        found += [start + index for index in hits]
+        kept += [lines[index] for index in hits]
+    return found, kept
 
-    parts, start = [header_text], 0
-    while start < shown:                              # a section at a time
-        stop = min(bisect_right(sections, sections[start], start), shown)
-        parts.append("\n%s\n%s\n" % (SECTIONS[sections[start]],
-                                      "\n".join([line for line, _ in capped[start:stop]])))
-        start = stop
-    runs_left_out = sections[shown:].count(4)
-    claims_left_out = len(records) - shown - runs_left_out
-    lines_cut = sum(cut for _, cut in capped[:shown])
+
+def matching_lines(lines, tokens):
+    """The indices of the lines whose casefolded text holds every token."""
+    folded = [line.casefold() for line in lines]
+    hits = range(len(lines))
+    for token in tokens:
+        hits = [index for index in hits if token in folded[index]]
+    return hits
+
+
+def fill_budget(candidates, room):
+    """(shown, reserved): how many candidates go in, and whether rule 2 reserved the footer."""
+    shown = candidates.fitting(room)
+    if shown == len(candidates) and not candidates.cut_so_far():
+        return shown, False                           # rule 1: everything, and nothing cut
+    return fill_beside_footer(candidates, room), True
+
+
+def fill_beside_footer(candidates, room):
+    """Rule 2: how many candidates fit in `room` with the footer's reserve.
+
+    The reserve counts the cut lines of every candidate, but only its number
+    of digits matters.  When the fewest and the most cut lines the unbuilt
+    candidates could hold give the same filling, that is the filling, and
+    those lines are never built.
+    """
+    runs = candidates.sections.count(RUNS)
+    claims = len(candidates) - runs
+
+    def beside(cut):
+        return candidates.fitting(room - 2 - utf16_len(FOOTER % (claims, runs, cut)))
+
+    known = candidates.cut_so_far()
+    unbuilt = len(candidates) - len(candidates.uncut)
+    shown = beside(known)
+    if unbuilt and shown != beside(known + unbuilt):
+        candidates.build(len(candidates))
+        shown = beside(candidates.cut_so_far())
+    return shown
+
+
+def laid_out(header_text, candidates, shown, reserved):
+    """The Pack's text, the first `shown` candidates after the header, and its figures."""
+    runs_left_out = candidates.sections[shown:].count(RUNS)
+    claims_left_out = len(candidates) - shown - runs_left_out
+    lines_cut = sum(cut for _, cut in candidates.capped[:shown])
+    pack = header_text + pack_sections(candidates, shown)
     # Rule 3: the footer only when something was left out or cut; a header
     # over the budget with no candidate at all has nothing to report.
-    if footer and (claims_left_out or runs_left_out or lines_cut):
-        parts.append("\n" + FOOTER % (claims_left_out, runs_left_out, lines_cut) + "\n")
-    pack = "".join(parts)
-    return {"pack": pack, "units": utf16_len(pack), "claims_shown": shown - sections[:shown].count(4),
+    if reserved and (claims_left_out or runs_left_out or lines_cut):
+        pack += "\n" + FOOTER % (claims_left_out, runs_left_out, lines_cut) + "\n"
+    return {"pack": pack, "units": utf16_len(pack),
+            "claims_shown": shown - candidates.sections[:shown].count(RUNS),
             "claims_left_out": claims_left_out, "runs_left_out": runs_left_out,
             "lines_cut": lines_cut}
+
+
+def pack_sections(candidates, shown):
+    """The first `shown` candidates' lines, each section after an empty line and its heading."""
+    from bisect import bisect_right
+    sections, parts, start = candidates.sections, [], 0
+    while start < shown:
+        stop = min(bisect_right(sections, sections[start], start), shown)
+        parts.append("\n%s\n%s\n" % (SECTIONS[sections[start]],
+                                      "\n".join([line for line, _ in candidates.capped[start:stop]])))
+        start = stop
+    return "".join(parts)
 
 
 def open_item_sentence(capsule):

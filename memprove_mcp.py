@@ -3815,36 +3815,47 @@ def fold_all(values):
 
 
 def candidate_lines(sections, records):
-    """candidate_line of every candidate, a section at a time (`sections` ascends)."""
-    from bisect import bisect_left
-    lines, start = [], 0
-    while start < len(records):
-        section = sections[start]
-        stop = bisect_left(sections, section + 1, start)
-        group = records[start:stop]
+    """candidate_line of every candidate (`sections` ascends)."""
+    lines = []
+    for section, group in section_groups(sections, records):
         lines += run_lines(group) if section == RUNS else claim_lines(group, section == DECISIONS)
-        start = stop
     return lines
+
+
+def section_groups(sections, records):
+    """(section, its records) for each section among the candidates (`sections` ascends)."""
+    from bisect import bisect_left
+    start = 0
+    while start < len(records):
+        stop = bisect_left(sections, sections[start] + 1, start)
+        yield sections[start], records[start:stop]
+        start = stop
 
 
 def claim_lines(claims, decisions=False):
     """claim_line of every claim; `decisions`: they are all decisions, else none is."""
     texts = fold_all([claim.get("text") for claim in claims])
-    tails = evidence_tails([claim.get("evidence") for claim in claims])
-    if decisions:
-        tails = [decided + cited for decided, cited in zip(decision_tails(claims), tails)]
+    tails = claim_tails(claims, decisions)
     # Concatenation copies a long text once; "%s" formatting grows its buffer
     # as it goes, and an empty tail costs `+` nothing.
     prefixes = ["- c%d " % claim["number"] for claim in claims]
     return [prefix + text + tail for prefix, text, tail in zip(prefixes, texts, tails)]
 
 
+def claim_tails(claims, decisions):
+    """What follows each claim's text: a decision's part, then the evidence."""
+    tails = evidence_tails([claim.get("evidence") for claim in claims])
+    if decisions:
+        return [decided + cited for decided, cited in zip(decision_tails(claims), tails)]
+    return tails
+
+
 def evidence_tails(evidences):
     """The ` [labels]` ending each claim's line, or "" for a claim without evidence."""
-    labels = [label for evidence in evidences if evidence for label in evidence]
-    if folded_already(labels):
-        return [" [%s]" % ", ".join(evidence) if evidence else "" for evidence in evidences]
-    return [" [%s]" % ", ".join(map(fold, evidence)) if evidence else "" for evidence in evidences]
+    from itertools import chain
+    if folded_already(list(chain.from_iterable(filter(None, evidences)))):
+        return [" [" + ", ".join(evidence) + "]" if evidence else "" for evidence in evidences]
+    return [" [" + ", ".join(map(fold, evidence)) + "]" if evidence else "" for evidence in evidences]
 
 
 def decision_tails(decisions):
@@ -3852,10 +3863,13 @@ def decision_tails(decisions):
     states = fold_all([decision.get("decision_state") for decision in decisions])
     rationales = fold_all([decision.get("rationale") for decision in decisions])
     alternatives = [decision.get("alternatives") or () for decision in decisions]
-    if folded_already([alternative for listed in alternatives for alternative in listed]):
+    every = [alternative for listed in alternatives for alternative in listed]
+    if not folded_already(every):
+        instead = ["; ".join(filter(None, map(fold, listed))) for listed in alternatives]
+    elif "" in every:
         instead = ["; ".join(filter(None, listed)) for listed in alternatives]
     else:
-        instead = ["; ".join(filter(None, map(fold, listed))) for listed in alternatives]
+        instead = list(map("; ".join, alternatives))
     return [" (%s)%s%s" % (state, " Because: " + because if because else "",
                            " Instead of: " + others if others else "")
             for state, because, others in zip(states, rationales, instead)]
@@ -3895,8 +3909,9 @@ def render_pack(capsule, budget=PACK_BUDGET, query=None):
     claims_left_out, runs_left_out, lines_cut.
 
     pack.md's steps in its order.  Lines are built, capped and priced only as
-    far as the budget reaches (a query must see them all, and builds them in
-    bulk), so a large Capsule costs little more than its filtering.
+    far as the budget reaches, and a query searches every candidate without
+    building its line (see matching_candidates), so a large Capsule costs
+    little more than its filtering.
     """
     header = pack_header(capsule)
     candidates = Candidates(*pack_candidates(capsule))
@@ -3936,9 +3951,10 @@ def pack_candidates(capsule):
     while the Pack is made.
     """
     by_kind = {"next_action": ([], []), "open_item": ([], []), "decision": ([], []), "fact": ([], [])}
+    of_kind = by_kind.get
     for claim in capsule["claims"]:
         if claim.get("state") == "active":
-            found = by_kind.get(claim.get("kind"))
+            found = of_kind(claim.get("kind"))
             if found is not None:
                 found[0].append(claim["number"])
                 found[1].append(claim)
@@ -3969,6 +3985,88 @@ def by_number(numbers, claims, descending=False):
     return [claims[index] for index in order]
 
 
+# -- the query ------------------------------------------------------------------
+# A candidate matches when every token of the casefolded query is in its
+# casefolded uncut line (pack.md).  A token holds no white space, so it is in
+# a line exactly when it is in one of the line's parts that spaces separate.
+# A claim's line is `- c12 `, its text, and a tail that is empty or starts
+# with a space (` (accepted)...`, ` [r1]`): a claim is searched in its text
+# and tail, and in its `- c12 ` too only for a token made of `-`, `c` and
+# digits.  Its text need not be folded either: folding changes white space,
+# and controls, which become U+FFFD; no token holds either (casefolding makes
+# none), and a token that holds U+FFFD is searched for in folded texts.
+# Checking that 10,000 texts are folded costs more than searching them, and
+# most lines do not match: a line is built only when the budget reaches it.
+
+NUMBERED = frozenset("-c0123456789")         # the characters of `- c12 ` but its spaces
+
+
+def matching_candidates(sections, records, tokens):
+    """The indices of the candidates whose casefolded line holds every token.
+
+    A chunk at a time: the lines of a large Task, made all at once and then
+    read again to match them, outgrow the processor's caches (twice the cache
+    misses of the line-by-line way).
+    """
+    texts_folded = any("\ufffd" in token for token in tokens)
+    numbered = any(NUMBERED.issuperset(token) for token in tokens)
+    found = []
+    for start in range(0, len(records), MATCH_CHUNK):
+        searched = searched_lines(sections[start:start + MATCH_CHUNK], records[start:start + MATCH_CHUNK],
+                                  texts_folded, numbered)
+        found += [start + index for index in holding_every(searched, tokens)]
+    return found
+
+
+def searched_lines(sections, records, texts_folded, numbered):
+    """For each candidate, a casefolded text that holds a token exactly when
+    its casefolded line does."""
+    lines = []
+    for section, group in section_groups(sections, records):
+        if section == RUNS:
+            lines += [line.casefold() for line in run_lines(group)]
+        else:
+            lines += claims_searched(group, section == DECISIONS, texts_folded, numbered)
+    return lines
+
+
+def claims_searched(claims, decisions, texts_folded, numbered):
+    """Each claim's text and tail casefolded, its text unfolded unless
+    `texts_folded`, after its `- c12 ` if `numbered`.
+
+    Every field is read as the claim's line reads it, so a record that
+    cannot be read fails the query as building its line would: a number
+    that is not an int is put through "%d" too.
+    """
+    texts = [claim.get("text") for claim in claims]
+    if texts_folded or not all_text(texts):
+        texts = fold_all(texts)
+    tails = claim_tails(claims, decisions)
+    numbers = [claim["number"] for claim in claims]
+    if numbered or set(map(type, numbers)) - {int}:
+        texts = ["- c%d " % number + text for number, text in zip(numbers, texts)]
+    return [(text + tail).casefold() for text, tail in zip(texts, tails)]
+
+
+def all_text(values):
+    """Whether every one of `values` is a string."""
+    try:
+        "".join(values)
+    except TypeError:
+        return False
+    return True
+
+
+def holding_every(texts, tokens):
+    """The indices of the texts that hold every token."""
+    hits = range(len(texts))
+    for token in tokens:
+        hits = [index for index in hits if token in texts[index]]
+    return hits
+
+
+# -- the budget -----------------------------------------------------------------
+
 class Candidates(object):
     """The Pack's candidates in order, with their lines as far as they are needed.
 
@@ -3980,10 +4078,10 @@ class Candidates(object):
     cannot fail the call.
     """
 
-    def __init__(self, sections, records, uncut=None):
+    def __init__(self, sections, records):
         self.sections = sections
         self.records = records
-        self.uncut = uncut or []
+        self.uncut = []
         self.capped = []
         self.totals = []
 
@@ -3991,10 +4089,9 @@ class Candidates(object):
         return len(self.records)
 
     def matching(self, tokens):
-        """The candidates whose line matches the query's tokens (all built)."""
-        found, lines = matching_candidates(self.sections, self.records, tokens)
-        return Candidates([self.sections[index] for index in found],
-                          [self.records[index] for index in found], lines)
+        """The candidates whose line holds every token of a query."""
+        found = matching_candidates(self.sections, self.records, tokens)
+        return Candidates([self.sections[index] for index in found], [self.records[index] for index in found])
 
     def build(self, stop):
         """Build the lines of the candidates before `stop`."""
@@ -4036,33 +4133,7 @@ class Candidates(object):
 
     def cut_so_far(self):
         """How many of the lines built so far the cap cuts."""
-        return (sum(cut for _, cut in self.capped) +
-                cut_count(self.uncut[len(self.capped):]))     # built, not priced: a query built them all
-
-
-def matching_candidates(sections, records, tokens):
-    """(indices, lines): the candidates whose casefolded line holds every token.
-
-    A chunk at a time, keeping only the lines that match: the lines of a
-    large Task, built all at once and then read again to match them, outgrow
-    the processor's caches (twice the cache misses of the line-by-line way).
-    """
-    found, kept = [], []
-    for start in range(0, len(records), MATCH_CHUNK):
-        lines = candidate_lines(sections[start:start + MATCH_CHUNK], records[start:start + MATCH_CHUNK])
-        hits = matching_lines(lines, tokens)
-        found += [start + index for index in hits]
-        kept += [lines[index] for index in hits]
-    return found, kept
-
-
-def matching_lines(lines, tokens):
-    """The indices of the lines whose casefolded text holds every token."""
-    folded = [line.casefold() for line in lines]
-    hits = range(len(lines))
-    for token in tokens:
-        hits = [index for index in hits if token in folded[index]]
-    return hits
+        return sum(cut for _, cut in self.capped) + cut_count(self.uncut[len(self.capped):])
 
 
 def fill_budget(candidates, room):

@@ -4067,15 +4067,15 @@ def holding_every(texts, tokens):
 
 # -- the budget -----------------------------------------------------------------
 
-class Candidates(object):
+class Candidates:
     """The Pack's candidates in order, with their lines as far as they are needed.
 
     `sections` and `records` run side by side.  Lines are built a chunk at a
     time when first needed (`uncut`, always a prefix of the candidates), then
     capped and priced: `capped` holds (line, cut) and `totals` what the
     candidates up to each one cost together, as rule 2 prices them.  A record
-    is read only when its line is built, so one the budget does not reach
-    cannot fail the call.
+    is read for its line only when the budget reaches it, so one it does not
+    reach cannot fail the call (a query reads them all to search them).
     """
 
     def __init__(self, sections, records):

@@ -3766,15 +3766,16 @@ def candidate_line(section, record):
 
 
 # -- the same lines in bulk ----------------------------------------------------
-# A query must see every candidate's line, and one Python call per line and per
+# A query must search every candidate, and one Python call per line and per
 # text is most of what that costs on a Task of 10,000 claims.  These build the
-# lines of many records at once, field by field, and must give exactly what
-# claim_line and run_line give (tests/test_pack_properties.py holds them to it).
+# lines (and what a query searches) of many records at once, field by field,
+# and must give exactly what claim_line and run_line give
+# (tests/test_pack_properties.py holds them to it).
 
 CONTROLS_MARKED = bytes(0xFF if code < 0x20 or code == 0x7F else code for code in range(256))
 FOLD_CHUNK = 256      # texts checked together: one that needs folding costs its chunk a closer look
 BUILD_CHUNK = 64      # lines built together when the budget, not a query, decides how many
-MATCH_CHUNK = 256     # lines built and matched together for a query
+MATCH_CHUNK = 256     # candidates searched together for a query
 
 
 def folded_already(texts):

@@ -2198,7 +2198,7 @@ def tool_pack(call, args):
     context = call.context()
     task_id = call.task_id(args.get("task"), context)
     capsule = call.capsule(task_id)
-    budget = args.get("budget", 6000)
+    budget = args.get("budget", PACK_BUDGET)
     query = args.get("query")
     agent = call.agent(context)
     try:
@@ -4152,11 +4152,13 @@ def resolve_loopback(host, port):
 # pack.md, byte for byte: pure functions of a Capsule.  Lengths are UTF-16
 # code units, the unit JavaScript clients measure strings in.
 
+PACK_BUDGET = 6000                    # pack.md's default budget
 CONTROLS = Pattern("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 LINE_CAP = 300
 # What reading a Capsule whose fields have the wrong shape raises.
 CAPSULE_MISREAD = (KeyError, TypeError, ValueError, AttributeError)
 SECTIONS = ("Next action:", "Open items:", "Decisions:", "Facts:", "Runs:")
+DECISIONS, RUNS = 2, 4                # sections 0 to 3 hold claims, 4 the Runs
 FOOTER = ("(Claims left out: %d. Runs left out: %d. Lines cut: %d. "
           "The claims tool gives any claim in full.)")
 
@@ -4216,16 +4218,21 @@ def run_line(run):
                                               fold(run.get("command")), fold(run.get("finished_at")))
 
 
+def candidate_line(section, record):
+    return run_line(record) if section == RUNS else claim_line(record)
+
+
 # -- the same lines in bulk ----------------------------------------------------
-# A query must see every candidate's line, and one Python call per line and per
+# A query must search every candidate, and one Python call per line and per
 # text is most of what that costs on a Task of 10,000 claims.  These build the
-# lines of many records at once, field by field, and must give exactly what
-# claim_line and run_line give (tests/test_pack_properties.py holds them to it).
+# lines (and what a query searches) of many records at once, field by field,
+# and must give exactly what claim_line and run_line give
+# (tests/test_pack_properties.py holds them to it).
 
 CONTROLS_MARKED = bytes(0xFF if code < 0x20 or code == 0x7F else code for code in range(256))
 FOLD_CHUNK = 256      # texts checked together: one that needs folding costs its chunk a closer look
 BUILD_CHUNK = 64      # lines built together when the budget, not a query, decides how many
-MATCH_CHUNK = 256     # lines built and matched together for a query
+MATCH_CHUNK = 256     # candidates searched together for a query
 
 
 def folded_already(texts):
@@ -4265,24 +4272,48 @@ def fold_all(values):
     return folded
 
 
+def candidate_lines(sections, records):
+    """candidate_line of every candidate (`sections` ascends)."""
+    lines = []
+    for section, group in section_groups(sections, records):
+        lines += run_lines(group) if section == RUNS else claim_lines(group, section == DECISIONS)
+    return lines
+
+
+def section_groups(sections, records):
+    """(section, its records) for each section among the candidates (`sections` ascends)."""
+    from bisect import bisect_left
+    start = 0
+    while start < len(records):
+        stop = bisect_left(sections, sections[start] + 1, start)
+        yield sections[start], records[start:stop]
+        start = stop
+
+
 def claim_lines(claims, decisions=False):
     """claim_line of every claim; `decisions`: they are all decisions, else none is."""
     texts = fold_all([claim.get("text") for claim in claims])
-    tails = evidence_tails([claim.get("evidence") for claim in claims])
-    if decisions:
-        tails = [decided + cited for decided, cited in zip(decision_tails(claims), tails)]
+    tails = claim_tails(claims, decisions)
     # Concatenation copies a long text once; "%s" formatting grows its buffer
     # as it goes, and an empty tail costs `+` nothing.
     prefixes = ["- c%d " % claim["number"] for claim in claims]
     return [prefix + text + tail for prefix, text, tail in zip(prefixes, texts, tails)]
 
 
+def claim_tails(claims, decisions):
+    """What follows each claim's text: a decision's part, then the evidence."""
+    tails = evidence_tails([claim.get("evidence") for claim in claims])
+    if decisions:
+        return [decided + cited for decided, cited in zip(decision_tails(claims), tails)]
+    return tails
+
+
 def evidence_tails(evidences):
     """The ` [labels]` ending each claim's line, or "" for a claim without evidence."""
-    labels = [label for evidence in evidences if evidence for label in evidence]
-    if folded_already(labels):
-        return [" [%s]" % ", ".join(evidence) if evidence else "" for evidence in evidences]
-    return [" [%s]" % ", ".join(map(fold, evidence)) if evidence else "" for evidence in evidences]
+    from itertools import chain
+    if folded_already(list(chain.from_iterable(filter(None, evidences)))):
+        return [" [" + ", ".join(evidence) + "]" if evidence else "" for evidence in evidences]
+    return [" [" + ", ".join(map(fold, evidence)) + "]" if evidence else "" for evidence in evidences]
 
 
 def decision_tails(decisions):
@@ -4290,10 +4321,13 @@ def decision_tails(decisions):
     states = fold_all([decision.get("decision_state") for decision in decisions])
     rationales = fold_all([decision.get("rationale") for decision in decisions])
     alternatives = [decision.get("alternatives") or () for decision in decisions]
-    if folded_already([alternative for listed in alternatives for alternative in listed]):
+    every = [alternative for listed in alternatives for alternative in listed]
+    if not folded_already(every):
+        instead = ["; ".join(filter(None, map(fold, listed))) for listed in alternatives]
+    elif "" in every:
         instead = ["; ".join(filter(None, listed)) for listed in alternatives]
     else:
-        instead = ["; ".join(filter(None, map(fold, listed))) for listed in alternatives]
+        instead = list(map("; ".join, alternatives))
     return [" (%s)%s%s" % (state, " Because: " + because if because else "",
                            " Instead of: " + others if others else "")
             for state, because, others in zip(states, rationales, instead)]
@@ -4307,38 +4341,6 @@ def run_lines(runs):
     return ["- %s passed %s (%s)" % (label, command, end) if run.get("passed") is True
             else "- %s failed (exit %s) %s (%s)" % (label, run.get("exit_code"), command, end)
             for run, label, command, end in zip(runs, labels, commands, ends)]
-
-
-def candidate_lines(sections, records):
-    """candidate_line of every candidate, a section at a time (`sections` ascends)."""
-    from bisect import bisect_left
-    lines, start = [], 0
-    while start < len(records):
-        section = sections[start]
-        stop = bisect_left(sections, section + 1, start)
-        group = records[start:stop]
-        lines += run_lines(group) if section == 4 else claim_lines(group, section == 2)
-        start = stop
-    return lines
-
-
-def matching_candidates(sections, records, tokens):
-    """(indices, lines): the candidates whose casefolded line holds every token.
-
-    A chunk at a time, keeping only the lines that match: the lines of a
-    large Task, built all at once and then read again to match them, outgrow
-    the processor's caches (twice the cache misses of the line-by-line way).
-    """
-    found, kept = [], []
-    for start in range(0, len(records), MATCH_CHUNK):
-        lines = candidate_lines(sections[start:start + MATCH_CHUNK], records[start:start + MATCH_CHUNK])
-        folded = [line.casefold() for line in lines]
-        hits = range(len(lines))
-        for token in tokens:
-            hits = [index for index in hits if token in folded[index]]
-        found += [start + index for index in hits]
-        kept += [lines[index] for index in hits]
-    return found, kept
 
 
 def capped_lines(lines):
@@ -4358,17 +4360,59 @@ def cut_count(lines):
     return sum(1 for line in lines if len(line) > LINE_CAP // 2 and utf16_len(line) > LINE_CAP)
 
 
+# -- the steps of pack.md --------------------------------------------------------
+
+def render_pack(capsule, budget=PACK_BUDGET, query=None):
+    """The Pack of pack.md and its figures: pack, units, claims_shown,
+    claims_left_out, runs_left_out, lines_cut.
+
+    pack.md's steps in its order.  Lines are built, capped and priced only as
+    far as the budget reaches, and a query searches every candidate without
+    building its line (see matching_candidates), so a large Capsule costs
+    little more than its filtering.
+    """
+    header = pack_header(capsule)
+    candidates = Candidates(*pack_candidates(capsule))
+    folded_query = fold(query)
+    if folded_query:
+        everyone = len(candidates)
+        candidates = candidates.matching(folded_query.casefold().split(" "))
+        header.append("Query: %s (%d of %d lines match)" % (folded_query, len(candidates), everyone))
+    header_text = "".join(line + "\n" for line in header)
+    shown, reserved = fill_budget(candidates, budget - utf16_len(header_text))
+    return laid_out(header_text, candidates, shown, reserved)
+
+
+def pack_header(capsule):
+    task = capsule["task"]
+    sessions = capsule.get("sessions") or ()
+    open_sessions = sorted((s for s in sessions if s.get("state") == "open"), key=lambda s: s["number"])
+    closed = sum(1 for s in sessions if s.get("state") in ("ended", "abandoned"))
+    lines = ["Task %d: %s [%s]" % (task["number"], fold(task.get("title")), fold(task.get("status")))]
+    if open_sessions:
+        listed = ", ".join("s%d %s/%s" % (s["number"], fold((s.get("agent") or {}).get("name")),
+                                          fold((s.get("agent") or {}).get("role")))
+                           for s in open_sessions)
+        lines.append("Sessions: %d open (%s), %d closed" % (len(open_sessions), listed, closed))
+    else:
+        lines.append("Sessions: 0 open, %d closed" % closed)
+    ledger = capsule.get("ledger") or {}
+    lines.append("Ledger: %d entries, head %s" % (ledger["entries"], fold(ledger.get("head"))[:12]))
+    return lines
+
+
 def pack_candidates(capsule):
     """(sections, records): every candidate in the Pack's order, and its section.
 
-    Sections 0 to 3 hold claims and 4 holds Runs.  Two flat lists rather than a
-    tuple per candidate: a Capsule of 100,000 claims then allocates next to
-    nothing, so no garbage collection walks it while the Pack is made.
+    Two flat lists rather than a tuple per candidate: a Capsule of 100,000
+    claims then allocates next to nothing, so no garbage collection walks it
+    while the Pack is made.
     """
     by_kind = {"next_action": ([], []), "open_item": ([], []), "decision": ([], []), "fact": ([], [])}
+    of_kind = by_kind.get
     for claim in capsule["claims"]:
         if claim.get("state") == "active":
-            found = by_kind.get(claim.get("kind"))
+            found = of_kind(claim.get("kind"))
             if found is not None:
                 found[0].append(claim["number"])
                 found[1].append(claim)
@@ -4392,135 +4436,221 @@ def by_number(numbers, claims, descending=False):
     A daemon lists claims in number order, so that is checked first; sorting
     by the numbers already gathered spares a second visit to every claim.
     """
-    if all(low < high for low, high in zip(numbers, numbers[1:])):
+    from operator import lt
+    if all(map(lt, numbers, numbers[1:])):
         return claims[::-1] if descending else claims
     order = sorted(range(len(numbers)), key=numbers.__getitem__, reverse=descending)
     return [claims[index] for index in order]
 
 
-def candidate_line(section, record):
-    return run_line(record) if section == 4 else claim_line(record)
+# -- the query ------------------------------------------------------------------
+# A candidate matches when every token of the casefolded query is in its
+# casefolded uncut line (pack.md).  A token holds no white space, so it is in
+# a line exactly when it is in one of the line's parts that spaces separate.
+# A claim's line is `- c12 `, its text, and a tail that is empty or starts
+# with a space (` (accepted)...`, ` [r1]`): a claim is searched in its text
+# and tail, and in its `- c12 ` too only for a token made of `-`, `c` and
+# digits.  Its text need not be folded either: folding changes white space,
+# and controls, which become U+FFFD; no token holds either (casefolding makes
+# none), and a token that holds U+FFFD is searched for in folded texts.
+# Checking that 10,000 texts are folded costs more than searching them, and
+# most lines do not match: a line is built only when the budget reaches it.
+
+NUMBERED = frozenset("-c0123456789")         # the characters of `- c12 ` but its spaces
 
 
-def pack_header(capsule):
-    task = capsule["task"]
-    sessions = capsule.get("sessions") or ()
-    open_sessions = sorted((s for s in sessions if s.get("state") == "open"), key=lambda s: s["number"])
-    closed = sum(1 for s in sessions if s.get("state") in ("ended", "abandoned"))
-    lines = ["Task %d: %s [%s]" % (task["number"], fold(task.get("title")), fold(task.get("status")))]
-    if open_sessions:
-        listed = ", ".join("s%d %s/%s" % (s["number"], fold((s.get("agent") or {}).get("name")),
-                                          fold((s.get("agent") or {}).get("role")))
-                           for s in open_sessions)
-        lines.append("Sessions: %d open (%s), %d closed" % (len(open_sessions), listed, closed))
-    else:
-        lines.append("Sessions: 0 open, %d closed" % closed)
-    ledger = capsule.get("ledger") or {}
-    lines.append("Ledger: %d entries, head %s" % (ledger["entries"], fold(ledger.get("head"))[:12]))
+def matching_candidates(sections, records, tokens):
+    """The indices of the candidates whose casefolded line holds every token.
+
+    A chunk at a time: the lines of a large Task, made all at once and then
+    read again to match them, outgrow the processor's caches (twice the cache
+    misses of the line-by-line way).
+    """
+    texts_folded = any("\ufffd" in token for token in tokens)
+    numbered = any(NUMBERED.issuperset(token) for token in tokens)
+    found = []
+    for start in range(0, len(records), MATCH_CHUNK):
+        searched = searched_lines(sections[start:start + MATCH_CHUNK], records[start:start + MATCH_CHUNK],
+                                  texts_folded, numbered)
+        found += [start + index for index in holding_every(searched, tokens)]
+    return found
+
+
+def searched_lines(sections, records, texts_folded, numbered):
+    """For each candidate, a casefolded text that holds a token exactly when
+    its casefolded line does."""
+    lines = []
+    for section, group in section_groups(sections, records):
+        if section == RUNS:
+            lines += [line.casefold() for line in run_lines(group)]
+        else:
+            lines += claims_searched(group, section == DECISIONS, texts_folded, numbered)
     return lines
 
 
-def render_pack(capsule, budget=6000, query=None):
-    """The Pack of pack.md and its figures: pack, units, claims_shown,
-    claims_left_out, runs_left_out, lines_cut.
+def claims_searched(claims, decisions, texts_folded, numbered):
+    """Each claim's text and tail casefolded, its text unfolded unless
+    `texts_folded`, after its `- c12 ` if `numbered`.
 
-    Lines are built, capped and priced a chunk at a time, only as far as the
-    budget reaches (a query must see them all, and builds them in bulk), so a
-    large Capsule costs little more than its filtering.
+    Every field is read as the claim's line reads it, so a record that
+    cannot be read fails the query as building its line would: a number
+    that is not an int is put through "%d" too.
     """
-    from bisect import bisect_right
-    header = pack_header(capsule)
-    sections, records = pack_candidates(capsule)
-    uncut = []                                        # the lines built so far: always a prefix
-    folded_query = fold(query)
-    if folded_query:
-        matching, uncut = matching_candidates(sections, records, folded_query.casefold().split(" "))
-        header.append("Query: %s (%d of %d lines match)" % (folded_query, len(matching), len(records)))
-        sections = [sections[index] for index in matching]
-        records = [records[index] for index in matching]
+    texts = [claim.get("text") for claim in claims]
+    if texts_folded or not all_text(texts):
+        texts = fold_all(texts)
+    tails = claim_tails(claims, decisions)
+    numbers = [claim["number"] for claim in claims]
+    if numbered or set(map(type, numbers)) - {int}:
+        texts = ["- c%d " % number + text for number, text in zip(numbers, texts)]
+    return [(text + tail).casefold() for text, tail in zip(texts, tails)]
 
-    def line_of(index):
-        while len(uncut) <= index:
-            start = len(uncut)
-            stop = min(start + BUILD_CHUNK, len(records))
+
+def all_text(values):
+    """Whether every one of `values` is a string."""
+    try:
+        "".join(values)
+    except TypeError:
+        return False
+    return True
+
+
+def holding_every(texts, tokens):
+    """The indices of the texts that hold every token."""
+    hits = range(len(texts))
+    for token in tokens:
+        hits = [index for index in hits if token in texts[index]]
+    return hits
+
+
+# -- the budget -----------------------------------------------------------------
+
+class Candidates:
+    """The Pack's candidates in order, with their lines as far as they are needed.
+
+    `sections` and `records` run side by side.  Lines are built a chunk at a
+    time when first needed (`uncut`, always a prefix of the candidates), then
+    capped and priced: `capped` holds (line, cut) and `totals` what the
+    candidates up to each one cost together, as rule 2 prices them.  A record
+    is read for its line only when the budget reaches it, so one it does not
+    reach cannot fail the call (a query reads them all to search them).
+    """
+
+    def __init__(self, sections, records):
+        self.sections = sections
+        self.records = records
+        self.uncut = []
+        self.capped = []
+        self.totals = []
+
+    def __len__(self):
+        return len(self.records)
+
+    def matching(self, tokens):
+        """The candidates whose line holds every token of a query."""
+        found = matching_candidates(self.sections, self.records, tokens)
+        return Candidates([self.sections[index] for index in found], [self.records[index] for index in found])
+
+    def build(self, stop):
+        """Build the lines of the candidates before `stop`."""
+        while len(self.uncut) < stop:
+            start = len(self.uncut)
+            end = min(start + BUILD_CHUNK, len(self.records))
             try:
-                uncut.extend(candidate_lines(sections[start:stop], records[start:stop]))
+                self.uncut += candidate_lines(self.sections[start:end], self.records[start:end])
             except CAPSULE_MISREAD:
                 # A record the chunk cannot read fails the call only if the
                 # budget reaches it, as when lines were built one by one.
-                uncut.append(candidate_line(sections[start], records[start]))
-        return uncut[index]
+                self.uncut.append(candidate_line(self.sections[start], self.records[start]))
 
-    capped = []                                       # (line, cut) of the candidates priced so far
-    totals = []                                       # their running cost
+    def fitting(self, room):
+        """How many candidates, taken in order, fit in `room` units."""
+        from bisect import bisect_right
+        while len(self.totals) < len(self.records) and (not self.totals or self.totals[-1] <= room):
+            self.price_next()
+        return bisect_right(self.totals, room)
 
-    def price_more():
-        """Price the next chunk of candidates, or only the next one when a
-        record in the chunk cannot be read: it fails the call only if the
-        budget reaches it."""
-        start = len(totals)
-        stop = min(start + BUILD_CHUNK, len(records))
+    def price_next(self):
+        """Cap and price the next chunk of candidates, or only the next one
+        when a record in the chunk cannot be read."""
+        start = len(self.totals)
+        stop = min(start + BUILD_CHUNK, len(self.records))
         try:
-            line_of(stop - 1)
+            self.build(stop)
         except CAPSULE_MISREAD:
             stop = start + 1
-            line_of(start)
-        lines, costs = capped_lines(uncut[start:stop])
-        for index in range(start, stop):
-            if index == 0 or sections[index - 1] != sections[index]:
-                costs[index - start] += 2 + len(SECTIONS[sections[index]])   # "\n", heading, "\n"
-        used = totals[-1] if totals else 0
-        for cost in costs:
+            self.build(stop)
+        capped, costs = capped_lines(self.uncut[start:stop])
+        used = self.totals[-1] if self.totals else 0
+        for index, cost in enumerate(costs, start):
+            if index == 0 or self.sections[index - 1] != self.sections[index]:
+                cost += 2 + len(SECTIONS[self.sections[index]])       # "\n", heading, "\n"
             used += cost
-            totals.append(used)
-        capped.extend(lines)
+            self.totals.append(used)
+        self.capped += capped
 
-    def fill(room):
-        """How many candidates, taken in order, fit in `room` units."""
-        while len(totals) < len(records) and (not totals or totals[-1] <= room):
-            price_more()
-        return bisect_right(totals, room)
+    def cut_so_far(self):
+        """How many of the lines built so far the cap cuts."""
+        return sum(cut for _, cut in self.capped) + cut_count(self.uncut[len(self.capped):])
 
-    header_text = "".join(line + "\n" for line in header)
-    room = budget - utf16_len(header_text)
-    shown = fill(room)                                # builds the lines the budget reaches
-    known_cut = sum(1 for _, cut in capped if cut)
-    footer = known_cut > 0 or shown < len(records)
-    if footer:
-        # Rule 2's reserve counts the cut lines of every candidate, but only its
-        # number of digits matters.  When the fewest and the most cut lines the
-        # unbuilt candidates could hold give the same filling, that is the
-        # filling, and those lines are never built.
-        runs_total = sections.count(4)
 
-        def fill_reserving(cut_total):
-            reserve = 2 + utf16_len(FOOTER % (len(records) - runs_total, runs_total, cut_total))
-            return fill(room - reserve)
+def fill_budget(candidates, room):
+    """(shown, reserved): how many candidates go in, and whether rule 2 reserved the footer."""
+    shown = candidates.fitting(room)
+    if shown == len(candidates) and not candidates.cut_so_far():
+        return shown, False                           # rule 1: everything, and nothing cut
+    return fill_beside_footer(candidates, room), True
 
-        known_cut += cut_count(uncut[len(capped):])   # built, not priced: a query built them all
-        unbuilt = len(records) - len(uncut)
-        shown = fill_reserving(known_cut)
-        if unbuilt and shown != fill_reserving(known_cut + unbuilt):
-            line_of(len(records) - 1)
-            shown = fill_reserving(known_cut + cut_count(uncut[len(records) - unbuilt:]))
 
-    parts, start = [header_text], 0
-    while start < shown:                              # a section at a time
-        stop = min(bisect_right(sections, sections[start], start), shown)
-        parts.append("\n%s\n%s\n" % (SECTIONS[sections[start]],
-                                      "\n".join([line for line, _ in capped[start:stop]])))
-        start = stop
-    runs_left_out = sections[shown:].count(4)
-    claims_left_out = len(records) - shown - runs_left_out
-    lines_cut = sum(cut for _, cut in capped[:shown])
+def fill_beside_footer(candidates, room):
+    """Rule 2: how many candidates fit in `room` with the footer's reserve.
+
+    The reserve counts the cut lines of every candidate, but only its number
+    of digits matters.  When the fewest and the most cut lines the unbuilt
+    candidates could hold give the same filling, that is the filling, and
+    those lines are never built.
+    """
+    runs = candidates.sections.count(RUNS)
+    claims = len(candidates) - runs
+
+    def beside(cut):
+        return candidates.fitting(room - 2 - utf16_len(FOOTER % (claims, runs, cut)))
+
+    known = candidates.cut_so_far()
+    unbuilt = len(candidates) - len(candidates.uncut)
+    shown = beside(known)
+    if unbuilt and shown != beside(known + unbuilt):
+        candidates.build(len(candidates))
+        shown = beside(candidates.cut_so_far())
+    return shown
+
+
+def laid_out(header_text, candidates, shown, reserved):
+    """The Pack's text, the first `shown` candidates after the header, and its figures."""
+    runs_left_out = candidates.sections[shown:].count(RUNS)
+    claims_left_out = len(candidates) - shown - runs_left_out
+    lines_cut = sum(cut for _, cut in candidates.capped[:shown])
+    pack = header_text + pack_sections(candidates, shown)
     # Rule 3: the footer only when something was left out or cut; a header
     # over the budget with no candidate at all has nothing to report.
-    if footer and (claims_left_out or runs_left_out or lines_cut):
-        parts.append("\n" + FOOTER % (claims_left_out, runs_left_out, lines_cut) + "\n")
-    pack = "".join(parts)
-    return {"pack": pack, "units": utf16_len(pack), "claims_shown": shown - sections[:shown].count(4),
+    if reserved and (claims_left_out or runs_left_out or lines_cut):
+        pack += "\n" + FOOTER % (claims_left_out, runs_left_out, lines_cut) + "\n"
+    return {"pack": pack, "units": utf16_len(pack),
+            "claims_shown": shown - candidates.sections[:shown].count(RUNS),
             "claims_left_out": claims_left_out, "runs_left_out": runs_left_out,
             "lines_cut": lines_cut}
+
+
+def pack_sections(candidates, shown):
+    """The first `shown` candidates' lines, each section after an empty line and its heading."""
+    from bisect import bisect_right
+    sections, parts, start = candidates.sections, [], 0
+    while start < shown:
+        stop = min(bisect_right(sections, sections[start], start), shown)
+        parts.append("\n%s\n%s\n" % (SECTIONS[sections[start]],
+                                      "\n".join([line for line, _ in candidates.capped[start:stop]])))
+        start = stop
+    return "".join(parts)
 
 
 def open_item_sentence(capsule):

@@ -788,6 +788,9 @@ def test_budget_default_is_6000():
     assert res["units"] == 81 + 8 + 28 * 201 + 96 == u16(expected)
     assert figures(res)[:4] == (28, 2, 0, 0)
     assert render(capsule, budget=6119)["pack"].endswith("- c1 " + "x" * 195 + "\n")
+    # The one default: render_pack's is the tool's, which its schema announces.
+    pack_tool = next(tool for tool in mp.TOOLS if tool["name"] == "pack")
+    assert pack_tool["inputSchema"]["properties"]["budget"]["default"] == mp.PACK_BUDGET == 6000
 
 
 # --------------------------------------------------------------------------

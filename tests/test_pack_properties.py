@@ -185,7 +185,9 @@ def runs(draw, index):
 
 @st.composite
 def capsules(draw):
-    numbers = draw(st.lists(st.one_of(st.integers(1, 400), st.just(999999999), st.just(10 ** 12)), max_size=25, unique=True))
+    # A number that is not an int ("%d" reads 2.5 as 2) makes a query search a claim's `- c2 ` too.
+    numbers = draw(st.lists(st.one_of(st.integers(1, 400), st.just(999999999), st.just(10 ** 12),
+                                      st.just(2.5), st.just(True)), max_size=25, unique=True))
     return {
         "task": {"number": 3, "title": draw(texts(40)), "status": "active"},
         "sessions": [{"number": 1, "state": "open", "agent": {"name": "claude-code", "role": "implementer"}},
@@ -197,7 +199,8 @@ def capsules(draw):
 
 
 budgets = st.one_of(st.integers(0, 4000), st.just(6000), st.just(10 ** 9))
-queries = st.one_of(st.none(), st.sampled_from(["", "  ", "w", "r1", "a b", "W", "\u2026", "- c"]),
+queries = st.one_of(st.none(), st.sampled_from(["", "  ", "w", "r1", "a b", "W", "\u2026", "- c", "c1", "2 w",
+                                                 "\ufffd", "a\x07", "ss", "(accepted)", "[r1,"]),
                     texts(5))
 
 
@@ -310,3 +313,50 @@ def test_a_record_the_budget_does_not_reach_is_not_read():
         mp.render_pack(capsule, 10 ** 9)
     with pytest.raises(TypeError):
         mp.render_pack(capsule, 400, "fact")
+
+
+# -- the query's search ------------------------------------------------------------
+# A query searches a claim in its text (unfolded) and tail, and in its `- c12 `
+# only for a token of `-`, `c` and digits; these hold it to the lines it must
+# find and to the records it must read all the same.
+
+def test_a_query_reads_every_record_as_building_its_line_would():
+    facts = [{"number": n, "kind": "fact", "state": "active", "text": "fact %d" % n, "evidence": []}
+             for n in range(1, 40)]
+    capsule = {"task": {"number": 1, "title": "T", "status": "active"}, "sessions": [],
+               "claims": facts, "runs": [], "ledger": {"entries": 1, "head": "ab" * 32}}
+    bad_evidence = dict(capsule, claims=[dict(facts[0], evidence=7)] + facts[1:])
+    with pytest.raises(TypeError):
+        ref_render(bad_evidence, 400, "nothing matches")
+    with pytest.raises(TypeError):
+        mp.render_pack(bad_evidence, 400, "nothing matches")
+    # Open items come before facts; the only fact, so no sorting compares its number: "%d" reads it first.
+    items = [dict(fact, kind="open_item") for fact in facts]
+    bad_number = dict(capsule, claims=items + [{"number": "7", "kind": "fact", "state": "active", "text": "last"}])
+    with pytest.raises(TypeError):
+        ref_render(bad_number, 400, "nothing matches")
+    with pytest.raises(TypeError):
+        mp.render_pack(bad_number, 400, "nothing matches")
+    assert "last" not in mp.render_pack(bad_number, 400)["pack"]      # not reached: not read
+
+
+@pytest.mark.parametrize("query", ["c2", "2", "- c", "c-3", "fact", "\u3000fact", "spaced", "spaced\ttext",
+                                   "\ufffd", "bell\x07", "[r1,", "r1]", "(accepted)", "because:", "ss", "STRASSE"])
+def test_a_query_finds_what_the_lines_hold(query):
+    claims = [
+        {"number": 2, "kind": "fact", "state": "active", "text": "  fact\u3000 spaced \t text  ", "evidence": ["r1"]},
+        {"number": 2.5, "kind": "open_item", "state": "active", "text": "fact with a bell\x07", "evidence": None},
+        {"number": -3, "kind": "next_action", "state": "active", "text": "Stra\u00dfe", "evidence": ["r1", "r2"]},
+        {"number": 5, "kind": "decision", "state": "active", "text": "fact", "decision_state": " accepted ",
+         "rationale": " \t ", "alternatives": ["", " x "], "evidence": []},
+        {"number": 6, "kind": "decision", "state": "active", "text": None, "decision_state": "accepted",
+         "rationale": "because", "alternatives": None, "evidence": [" r1"]},
+    ]
+    capsule = {"task": {"number": 1, "title": "T", "status": "active"}, "sessions": [],
+               "claims": claims, "runs": [], "ledger": {"entries": 1, "head": "ab" * 32}}
+    for budget in (0, 300, 10 ** 9):
+        pack, claims_shown = ref_render(capsule, budget, query)
+        result = mp.render_pack(capsule, budget, query)
+        assert result["pack"] == pack
+        assert result["claims_shown"] == claims_shown
+

@@ -88,6 +88,7 @@ MAX_BODY = 64 * 1024 * 1024          # bytes in one daemon answer
 MAX_CONTEXT_FILE = 1024 * 1024       # bytes of context.json worth parsing
 DEFAULT_TIMEOUT = 10.0               # seconds per daemon request
 LIST_TTL_MS = 3600000                # the tool list never changes in a process
+PACK_BUDGET = 6000                   # UTF-16 code units of a Pack when `pack` is given none
 WORKERS = 8                          # tool calls running at once
 WAITING = 64                         # tool calls waiting; past that no input is read
 ROOTS_WAIT = 2.0                     # seconds a call waits for an unanswered roots/list
@@ -1460,7 +1461,9 @@ def import_what_calls_share():
     import encodings.idna  # noqa: F401  (socket.getaddrinfo("localhost") looks it up)
     import heapq  # noqa: F401
     import ipaddress  # noqa: F401
+    import itertools  # noqa: F401
     import json  # noqa: F401
+    import operator  # noqa: F401
     import re  # noqa: F401
     import socket  # noqa: F401
     import struct  # noqa: F401
@@ -2594,11 +2597,12 @@ TOOLS = [
          "(the Task, its open Sessions, the ledger head, then the next action, open items, "
          "decisions, facts and test runs), after one opening line. Call it when you start or "
          "resume work. `task` is a number from `tasks` (default: the context's Task); `budget` "
-         "caps the Pack in UTF-16 code units (500-60000, default 6000); `query` keeps only lines "
+         "caps the Pack in UTF-16 code units (500-60000, default %d); `query` keeps only lines "
          "containing every word of it. A footer counts what was left out or cut; fetch those "
-         "claims in full with `claims`.",
+         "claims in full with `claims`." % PACK_BUDGET,
          inputs({"task": NUMBER,
-                 "budget": {"type": "integer", "minimum": 500, "maximum": 60000, "default": 6000},
+                 "budget": {"type": "integer", "minimum": 500, "maximum": 60000,
+                            "default": PACK_BUDGET},
                  "query": {"type": "string", "maxLength": 200},
                  "manifest": {"type": "boolean", "description": "Accepted and ignored."}}),
          None, tool_pack, True, WHOLE_RESULTS),
@@ -4152,7 +4156,6 @@ def resolve_loopback(host, port):
 # pack.md, byte for byte: pure functions of a Capsule.  Lengths are UTF-16
 # code units, the unit JavaScript clients measure strings in.
 
-PACK_BUDGET = 6000                    # pack.md's default budget
 CONTROLS = Pattern("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 LINE_CAP = 300
 # What reading a Capsule whose fields have the wrong shape raises.

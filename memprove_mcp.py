@@ -2192,9 +2192,10 @@ def tool_ledger_verify(call, args):
     answer = call.send("verifyLedger", body={})
     first_bad = answer.get("first_bad")
     if first_bad is not None:
-        first_bad = {"seq": field(first_bad, "seq", int), "reason": field(first_bad, "reason", str)}
+        first_bad = {"seq": field(first_bad, "seq", int),
+                     "reason": field(first_bad, "reason", LEDGER_FAULTS)}
     return dict(call.ids(context), ok=field(answer, "ok", bool), entries=field(answer, "entries", int),
-                head=field(answer, "head", str), first_bad=first_bad)
+                head=field(answer, "head", LEDGER_HASH), first_bad=first_bad)
 
 
 def tool_pack(call, args):
@@ -2377,7 +2378,7 @@ def tool_checkpoint(call, args):
     answer = call.send("createCheckpoint", path={"session_id": session_id}, body=body)
     with call.naming(["The checkpoint was recorded."]):
         checkpoint = field(answer, "checkpoint", dict)
-        new = [checked(claim, ("number", "number"), ("kind", str))
+        new = [checked(claim, ("number", "number"), ("kind", CLAIM_KINDS))
                for claim in field(checkpoint, "claims", list)]
         number = field(checkpoint, "number", "number")
     still_open = [n for n, c in claims.items()
@@ -2413,7 +2414,7 @@ def tool_decide(call, args):
         "supersedes": supersedes})
     with call.naming(["The decision was recorded."]):
         claim = checked(field(field(answer, "decision", dict), "claim", dict),
-                        ("number", "number"), ("decision_state", str))
+                        ("number", "number"), ("decision_state", DECISION_STATES))
     return {"task_id": task_id, "session_id": session_id, "claim": claim["number"],
             "decision_state": claim["decision_state"]}
 
@@ -2443,7 +2444,7 @@ def tool_end(call, args):
     ended = call.send("endSession", path={"session_id": target["id"]}, body={"outcome": outcome})
     made = ["Session %d was ended." % number]
     with call.naming(made):
-        outcome = field(field(ended, "session", dict), "state", str)
+        outcome = field(field(ended, "session", dict), "state", SESSION_STATES)
         capsule = call.capsule(target["task_id"])
         parent_id = target.get("parent_session_id")
         parent = find_record(sessions, None, parent_id) if parent_id else None
@@ -2552,13 +2553,19 @@ def field(record, key, kind):
     """A field of a daemon answer, or daemon_error: its records are not ours to trust.
 
     `kind` is a type, or "id" (a non-empty string) or "number" (an integer
-    of 1 or more), as contract.md §3 types the records (§6 rule 3).
+    of 1 or more), or a tuple of the strings contract.md §3 allows, or a
+    Pattern they match, as it types the records (§6 rule 3): a value a result shows as the daemon gave
+    it can never start a line of its own there (rule 21).
     """
     value = record.get(key) if isinstance(record, dict) else None
     if kind == "id":
         sound = isinstance(value, str) and value != ""
     elif kind == "number":
         sound = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    elif isinstance(kind, tuple):
+        sound = isinstance(value, str) and value in kind
+    elif isinstance(kind, Pattern):
+        sound = isinstance(value, str) and kind.match(value) is not None
     else:
         sound = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not sound:
@@ -2573,7 +2580,14 @@ def checked(record, *fields):
     return record
 
 
-TASK_FIELDS = (("id", "id"), ("number", "number"), ("title", str), ("status", str))
+# contract.md §3's enumerations, for the fields a result shows as they are.
+TASK_STATES = ("open", "active", "done")
+SESSION_STATES = ("open", "ended", "abandoned")
+CLAIM_KINDS = ("fact", "open_item", "decision", "next_action")
+DECISION_STATES = ("proposed", "accepted", "rejected")
+LEDGER_FAULTS = ("seq_mismatch", "prev_mismatch", "hash_mismatch")
+LEDGER_HASH = Pattern(r"[0-9a-f]{64}\Z")
+TASK_FIELDS = (("id", "id"), ("number", "number"), ("title", str), ("status", TASK_STATES))
 SESSION_FIELDS = (("id", "id"), ("number", "number"), ("agent", dict))
 RUN_FIELDS = (("label", str), ("command", str), ("exit_code", int), ("finished_at", str))
 
@@ -3065,6 +3079,12 @@ def read_daemon(data_dir, platform=PLATFORM):
     except (OSError, ValueError):
         raise Problem("daemon_unavailable")
     doubt, confirm = daemon_file_doubt(directory, status, platform)
+    if confirm and not private_folder(os.path.dirname(os.path.realpath(data_dir)),
+                                      directory.st_uid):
+        # A folder anyone can write (/tmp) is where an attacker's data directory, theirs
+        # like a service account's, would be made: one of those is kept where no one
+        # else could have made it (/var/lib...).
+        doubt, confirm = DIRECTORY_OWNER % directory.st_uid, False
     if doubt:
         raise Problem("daemon_unavailable", doubt)
     try:
@@ -3082,7 +3102,8 @@ def daemon_file_doubt(directory, status, platform=PLATFORM):
     19): whoever can write it chooses where the token goes, so it and the data
     directory holding it must be the user's or root's, or both one other
     user's (a daemon's service account, believed only where that user is seen
-    to listen), and neither writable by group or others."""
+    to listen, and, by read_daemon, only in a folder no one else can write),
+    and neither writable by group or others."""
     if not PLATFORMS[platform]["posix_files"]:
         return None, False
     trusted = (os.geteuid(), 0)
@@ -3096,6 +3117,23 @@ def daemon_file_doubt(directory, status, platform=PLATFORM):
             writable = DIRECTORY_MODE if held is directory else FILE_MODE
             return writable % (held.st_mode & 0o7777), False
     return None, service
+
+
+def private_folder(path, owner):
+    """Whether `path` and every folder above it belong to the user, root or
+    `owner`, and none can be written by group or others (as SSH asks of the
+    folders above authorized_keys)."""
+    while True:
+        try:
+            status = os.stat(path)
+        except OSError:
+            return False
+        if status.st_uid not in (os.geteuid(), 0, owner) or status.st_mode & 0o022:
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
 
 
 UNTRUSTED_DAEMON = "daemon.json not trusted"     # context's config.warnings

@@ -25,6 +25,7 @@ when the tests are not root.
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROBLEM_CODES, SAFETY_TIMEOUT, depth, tool_value
+from conftest import PROBLEM_CODES, SAFETY_TIMEOUT, clean_env, depth, run_cli, tool_value
 
 CI = os.environ.get("CI") == "true"
 
@@ -819,6 +820,51 @@ class UserDaemon:
         """Killed: it leaves daemon.json behind, naming a port nobody listens on."""
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(SAFETY_TIMEOUT)
+
+
+# The victim's world, for the tests of another user's files and listeners.
+
+def victims_daemon(users, planted):
+    """The victim's own daemon (ledgerd run as the victim) and its server's environment."""
+    victim = users.victim
+    data = users.directory("data", owner=victim, mode=0o700)
+    token = "tok-PLANTED-" + secrets.token_hex(16)
+    planted.add(token)
+    daemon = UserDaemon(users, victim, data, token)
+    env = users.server_env(victim, {"MEMPROVE_DATA_DIR": str(data),
+                                    "MEMPROVE_TOKEN_FILE": str(data / "token"),
+                                    "MEMPROVE_TIMEOUT": "5"})
+    return daemon, env
+
+
+def victims_token(users, planted):
+    """The victim's data directory and token file (0600, the victim's), no daemon yet."""
+    victim = users.victim
+    data = users.directory("data", owner=victim, mode=0o700)
+    token = "tok-PLANTED-" + secrets.token_hex(16)
+    planted.add(token)
+    (data / "token").write_text(token + "\n")
+    os.chmod(str(data / "token"), 0o600)
+    victim.own(data)
+    env = users.server_env(victim, {"MEMPROVE_DATA_DIR": str(data),
+                                    "MEMPROVE_TOKEN_FILE": str(data / "token"),
+                                    "MEMPROVE_TIMEOUT": "2"})
+    return data, token, env
+
+
+def victims_project(users):
+    project = users.directory("project", owner=users.victim)
+    users.directory("project/.git", owner=users.victim)
+    users.directory("project/.memprove", owner=users.victim)
+    return project
+
+
+def doctor_as(users, user, env, cwd):
+    """`mcp doctor --json` run by `user`: (exit status, the checks by name, both outputs)."""
+    done = run_cli(users.python, users.pyz, ["mcp", "doctor", "--json"],
+                   clean_env(user.home, env), cwd, user=user)
+    checks = dict((check["name"], check) for check in json.loads(done.stdout.decode())["checks"])
+    return done.returncode, checks, done.stdout + done.stderr
 
 
 # ---------------------------------------------------------------------------

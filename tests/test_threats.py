@@ -20,15 +20,15 @@ memory of one on ~96 MiB) are printed with `report`.
 import json
 import os
 import re
-import secrets
 import shutil
 import socket
 import time
 
 import pytest
 
-from conftest import SAFETY_TIMEOUT, clean_env, run_cli, server_path, snapshot
-from hardening_support import (MALLOC_PLAIN, UserDaemon, UserListener, begun_server, call_tool,
+from conftest import SAFETY_TIMEOUT, server_path, snapshot
+from hardening_support import (MALLOC_PLAIN, UserListener, begun_server, call_tool, doctor_as,
+                               victims_daemon, victims_project, victims_token,
                                hserve, local_users, mcp_log, needs_proc, no_internal_error,
                                peak_kib, read_json, report)
 
@@ -178,28 +178,6 @@ def test_rule14_a_linked_context_is_unreadable(hserve, config, daemon, workspace
     assert server.close() == 0
 
 
-def test_rule14_a_context_without_a_workspace_key_is_this_workspaces(hserve, config, daemon,
-                                                                      workspace, original):
-    """Older or hand-made context files name no `workspace` (nor a root in it): only a
-    present, different root is foreign, so such a file is this Workspace's.  (This holds
-    today; it keeps holding.)"""
-    context = read_json(context_file(workspace))
-    for shape in ("absent", "no root"):
-        if shape == "absent":
-            context.pop("workspace", None)
-        else:
-            context["workspace"] = {"id": context.get("workspace", {}).get("id", "w")}
-        context_file(workspace).write_text(json.dumps(context, indent=2))
-        server = hserve(config=config, timeout=5)
-        server.initialize()
-        code, value = call_tool(server, "context")
-        assert code == "ok" and "context_error" not in value, (shape, value)
-        assert value["task_id"] == original["task_id"], value
-        code, value = call_tool(server, "checkpoint", {"facts": [{"text": "Still ours."}]})
-        assert code == "ok" and value["task_id"] == original["task_id"], (shape, value)
-        assert server.close() == 0
-
-
 def test_rule14_a_memprove_the_server_creates_gets_a_gitignore(hserve, config, daemon, tmp_path):
     """§2: the server makes `.memprove/` on its first write, with a `.gitignore` holding `*`
     beside the context files, so that a context is never committed and cloned; the file
@@ -232,19 +210,6 @@ def test_rule14_no_gitignore_in_a_memprove_it_did_not_create(hserve, config, dae
 # =============================================================================
 # Rule 15: another user's .memprove/ is not a Workspace
 # =============================================================================
-
-def victims_daemon(users, planted):
-    """The victim's own daemon (ledgerd run as the victim) and its server's environment."""
-    victim = users.victim
-    data = users.directory("data", owner=victim, mode=0o700)
-    token = "tok-PLANTED-" + secrets.token_hex(16)
-    planted.add(token)
-    daemon = UserDaemon(users, victim, data, token)
-    env = users.server_env(victim, {"MEMPROVE_DATA_DIR": str(data),
-                                    "MEMPROVE_TOKEN_FILE": str(data / "token"),
-                                    "MEMPROVE_TIMEOUT": "5"})
-    return daemon, env
-
 
 @pytest.mark.parametrize("owner", ["third", "root", "victim"])
 def test_rule15_another_users_memprove_above_a_project(local_users, start_server, planted, owner):
@@ -433,36 +398,6 @@ def test_rule16_a_line_over_64_kib_is_skipped_and_the_next_ones_read(with_a_run,
 # =============================================================================
 
 REFUSED_HINT = "Another user listens on that port."
-
-
-def victims_token(users, planted):
-    """The victim's data directory and token file (0600, the victim's), no daemon yet."""
-    victim = users.victim
-    data = users.directory("data", owner=victim, mode=0o700)
-    token = "tok-PLANTED-" + secrets.token_hex(16)
-    planted.add(token)
-    (data / "token").write_text(token + "\n")
-    os.chmod(str(data / "token"), 0o600)
-    victim.own(data)
-    env = users.server_env(victim, {"MEMPROVE_DATA_DIR": str(data),
-                                    "MEMPROVE_TOKEN_FILE": str(data / "token"),
-                                    "MEMPROVE_TIMEOUT": "2"})
-    return data, token, env
-
-
-def victims_project(users):
-    project = users.directory("project", owner=users.victim)
-    users.directory("project/.git", owner=users.victim)
-    users.directory("project/.memprove", owner=users.victim)
-    return project
-
-
-def doctor_as(users, user, env, cwd):
-    """`mcp doctor --json` run by `user`: (exit status, the checks by name, both outputs)."""
-    done = run_cli(users.python, users.pyz, ["mcp", "doctor", "--json"],
-                   clean_env(user.home, env), cwd, user=user)
-    checks = dict((check["name"], check) for check in json.loads(done.stdout.decode())["checks"])
-    return done.returncode, checks, done.stdout + done.stderr
 
 
 def test_rule17_a_dead_daemons_port_taken_by_another_user(local_users, start_server, planted):

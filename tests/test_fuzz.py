@@ -1479,7 +1479,8 @@ def test_runs_file_fuzz(runs_world):
 
     @settings(max_examples=FUZZ_EXAMPLES, **NO_SHRINK)
     @given(st.lists(st.fixed_dictionaries({
-        "label": RUN_LABELS, "exit_code": RUN_VALUES, "command": RUN_VALUES,
+        "label": RUN_LABELS, "exit_code": st.one_of(st.integers(-5, 255), RUN_VALUES),
+        "command": st.one_of(RUN_TEXTS, RUN_VALUES),
         "finished_at": st.one_of(st.just("2026-12-01T10:00:00Z"), RUN_VALUES),
         "task_id": st.sampled_from(["task-1", "task-1", "task-2"])}), max_size=12))
     def run(lines):

@@ -912,14 +912,15 @@ KIT_README = """\
 
 This folder was written by `memprove_mcp.pyz mcp plugin` (version {version}) for
 this machine: every entry names its interpreter by its path and the configuration
-directory the server reads its token from. Clients read the folder in place: keep
-it where it is; write it again (the same command) to update it.
+directory the server reads its token from (never the token). Claude Code and Codex
+read the folder in place: keep it where it is. To update, write it again with the
+same command, then run the update commands below.
 
 {commands}"""
 
 
 def json_file(build):
-    return lambda kit: (json_text(build(kit))).encode("utf-8")
+    return lambda kit: json_text(build(kit)).encode("utf-8")
 
 
 def bundle_file(kit):
@@ -1099,7 +1100,7 @@ KIT_UPDATE = {"claude-code": ("claude plugin update memprove@memprove",),
               "gemini": ("gemini extensions update memprove",)}
 KIT_PREFACE = (
     "The memprove kit, version {version}, is in {folder}.",
-    "The clients read it in place: keep the folder where it is.",
+    "Claude Code and Codex read it in place: keep the folder where it is.",
     "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
     "",
 )
@@ -2554,8 +2555,9 @@ def field(record, key, kind):
 
     `kind` is a type, or "id" (a non-empty string) or "number" (an integer
     of 1 or more), or a tuple of the strings contract.md §3 allows, or a
-    Pattern they match, as it types the records (§6 rule 3): a value a result shows as the daemon gave
-    it can never start a line of its own there (rule 21).
+    Pattern they match, as it types the records (§6 rule 3): a value a
+    result shows as the daemon gave it can never start a line of its own
+    there (rule 21).
     """
     value = record.get(key) if isinstance(record, dict) else None
     if kind == "id":
@@ -2586,7 +2588,7 @@ SESSION_STATES = ("open", "ended", "abandoned")
 CLAIM_KINDS = ("fact", "open_item", "decision", "next_action")
 DECISION_STATES = ("proposed", "accepted", "rejected")
 LEDGER_FAULTS = ("seq_mismatch", "prev_mismatch", "hash_mismatch")
-LEDGER_HASH = Pattern(r"[0-9a-f]{64}\Z")
+LEDGER_HASH = Pattern(r"[0-9a-fA-F]{64}\Z")
 TASK_FIELDS = (("id", "id"), ("number", "number"), ("title", str), ("status", TASK_STATES))
 SESSION_FIELDS = (("id", "id"), ("number", "number"), ("agent", dict))
 RUN_FIELDS = (("label", str), ("command", str), ("exit_code", int), ("finished_at", str))

@@ -2133,7 +2133,7 @@ def tool_context(call, args):
     else:
         result["session"] = None
     result["agent"] = call.agent(context)
-    newest, skipped = newest_runs(call.runs() if task else (), task)
+    newest, skipped = newest_runs(call.runs(shaped=False) if task else (), task)
     result["runs"] = [{"label": run["label"], "passed": run.get("passed") is True,
                        "exit_code": run["exit_code"], "command": fold(run["command"]),
                        "finished_at": fold(run["finished_at"])} for run in newest]
@@ -2164,8 +2164,9 @@ def shown_run(run):
     """Whether `context` may show a line of runs.jsonl (§6 rule 20): a file
     from a repository chooses every field, so only a label, exit code,
     command and end time of the shapes `memprove run` writes are shown."""
-    exit_code = run.get("exit_code")
-    return RUN_LABEL.match(run["label"]) is not None and isinstance(exit_code, int) and \
+    label, exit_code = run.get("label"), run.get("exit_code")
+    return isinstance(label, str) and RUN_LABEL.match(label) is not None and \
+        isinstance(exit_code, int) and \
         not isinstance(exit_code, bool) and isinstance(run.get("command"), str) and \
         isinstance(run.get("finished_at"), str)
 
@@ -2781,9 +2782,9 @@ class Call:
             raise error
         return context
 
-    def runs(self):
-        """The Workspace's runs, read from the file as they are used."""
-        return each_run(self.root)
+    def runs(self, shaped=True):
+        """The Workspace's runs, read from the file as they are used (see each_run)."""
+        return each_run(self.root, shaped)
 
     def ids(self, context, task_id=ABSENT):
         task, session = context.get("task"), context.get("session")
@@ -3459,8 +3460,10 @@ MAX_RUN_LINE = 64 * 1024             # bytes of one runs.jsonl line worth parsin
 LABEL_KEY = b'"label"'
 
 
-def each_run(root):
-    """The runs `memprove run` recorded, in file order, one at a time.
+def each_run(root, shaped=True):
+    """The runs `memprove run` recorded, in file order, one at a time: with
+    `shaped`, those whose label and id are text; else every JSON object (for
+    `context`, which counts the rest, §6 rule 20).
 
     contract.md §6 rule 16: the file is a repository's to make as large as it
     likes, so it is read in chunks, holding at most one line; a line over
@@ -3483,8 +3486,8 @@ def each_run(root):
                 run = load_json(line.decode("utf-8"), quick=True)
             except (ValueError, RecursionError):
                 continue                 # a torn line, or one that is no run
-            if isinstance(run, dict) and isinstance(run.get("label"), str) and \
-                    isinstance(run.get("id", ""), str):
+            if isinstance(run, dict) and (not shaped or isinstance(run.get("label"), str) and
+                                          isinstance(run.get("id", ""), str)):
                 yield run
 
 

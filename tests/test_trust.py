@@ -284,6 +284,8 @@ def test_rule20_context_shows_only_well_formed_runs_folded(hserve, workspace):
         runs_line(label="r10", command=["pytest"]),
         runs_line(label="r11", finished_at=None),
         runs_line(label="r12", finished_at="2026\n\nFacts:"),
+        runs_line(label=7),
+        runs_line(label=None),
         runs_line(label="r13", exit_code="bad", task_id="another-task"),    # not this Task's
     ]
     (workspace / ".memprove" / "runs.jsonl").write_text("\n".join(lines) + "\n")
@@ -300,7 +302,7 @@ def test_rule20_context_shows_only_well_formed_runs_folded(hserve, workspace):
         {"label": "r12", "passed": True, "exit_code": 0, "command": "pytest -q",
          "finished_at": "2026 Facts:"},
     ], value["runs"]
-    assert value["runs_skipped"] == 10, value
+    assert value["runs_skipped"] == 12, value
     assert server.close() == 0
 
 

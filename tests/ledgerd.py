@@ -24,8 +24,9 @@ standard library alone (Python 3.8 or later):
 
 Run it by hand::
 
-    python3 tests/ledgerd.py --data-dir /tmp/memprove-data [--port N] [--token TOKEN]
-    export MEMPROVE_DATA_DIR=/tmp/memprove-data MEMPROVE_TOKEN_FILE=/tmp/memprove-data/token
+    mkdir -p -m 700 "$HOME/memprove-try"        # a folder of your own (contract.md §6 rule 19)
+    python3 tests/ledgerd.py --data-dir "$HOME/memprove-try" [--port N] [--token TOKEN]
+    export MEMPROVE_DATA_DIR="$HOME/memprove-try" MEMPROVE_TOKEN_FILE="$HOME/memprove-try/token"
 
 It serves until SIGINT or SIGTERM.  Tests drive it from Python::
 
@@ -1096,7 +1097,9 @@ class Daemon:
 
     def __init__(self, data_dir, port=0, log=None):
         self.data_dir = Path(data_dir).resolve()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # A new data directory is private whatever the umask (Ubuntu's 002 would make it
+        # writable by the group, and the server would not believe its daemon.json).
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.port = port
         self.url = None
         self.tokens_path = self.data_dir / "tokens.json"
@@ -1182,7 +1185,7 @@ class Daemon:
         with self._tokens_lock:
             tokens = self._read_tokens()
             change(tokens)
-            _write_atomically(self.tokens_path, json.dumps({"tokens": tokens}, indent=2))
+            _write_atomically(self.tokens_path, json.dumps({"tokens": tokens}, indent=2), 0o600)
 
     def _read_tokens(self):
         """tokens.json as {token: {"scopes", "roles", "revoked"}}; unreadable means none."""
@@ -1439,10 +1442,13 @@ class Daemon:
         return self._encode(status, answer)
 
 
-def _write_atomically(path, content):
+def _write_atomically(path, content, mode=0o644):
+    """Write `content` to `path` through a temporary file, with `mode` whatever the umask:
+    a daemon.json others could write is not believed (contract.md §6 rule 19)."""
     path = Path(path)
     temporary = path.with_name(".%s.%s.tmp" % (path.name, uuid.uuid4().hex))
     with open(str(temporary), "w", encoding="utf-8") as file:
+        os.chmod(str(temporary), mode)
         file.write(content)
         file.flush()
         os.fsync(file.fileno())

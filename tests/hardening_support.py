@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROBLEM_CODES, SAFETY_TIMEOUT, clean_env, depth, run_cli, tool_value
+from harness import PROBLEM_CODES, SAFETY_TIMEOUT, clean_env, depth, run_cli, tool_value
 
 CI = os.environ.get("CI") == "true"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON_VERSIONS, built_once, find_python, require_python
+from harness import PYTHON_VERSIONS, built_once, find_python, require_python
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "build_zipapp.py"

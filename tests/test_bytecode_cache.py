@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAFETY_TIMEOUT, depth, require_python
-from hardening_support import report, skip_or_fail
+from harness import SAFETY_TIMEOUT, depth, require_python
+from hardening_support import (report, skip_or_fail)
 from test_build import (PROGRAMS, STAND_IN, assert_version, build, cache_name, cache_tag_of,
                         origin)
 

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO, SAFETY_TIMEOUT, initialize_params, run_cli, server_path, snapshot
+from harness import REPO, SAFETY_TIMEOUT, initialize_params, run_cli, server_path, snapshot
 
 VERSION_LINE = re.compile(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\n\Z")
 

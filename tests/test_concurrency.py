@@ -28,7 +28,7 @@ import traceback
 import pytest
 
 import ledgerd
-from conftest import depth, server_path
+from harness import depth, server_path
 
 fcntl = pytest.importorskip("fcntl")
 
@@ -235,8 +235,8 @@ def test_two_agents_begin_one_open_task_at_once(start_server, daemon, config, wo
     daemon (a barrier holds the transitions until both are there): the first moves the
     Task, the second gets `invalid_transition`, reads the Task again, sees it active, and
     goes on.  Both agents get their Session (one failed 12 times in 15)."""
-    from hardening_support import open_task, outcome_of
-    from conftest import SAFETY_TIMEOUT
+    from hardening_support import (open_task, outcome_of)
+    from harness import SAFETY_TIMEOUT
     root = server_path(workspace)
     task = open_task(daemon, config.token, root, "Begun twice at once")
     servers = []
@@ -274,8 +274,8 @@ def test_a_refused_transition_to_a_task_that_is_not_active_still_fails(
     """When the Task read again after `invalid_transition` is not active (still open: the
     daemon refused for a reason of its own; or done meanwhile), begin fails with
     `invalid_transition`, its hint naming what was made, and writes no context."""
-    from hardening_support import open_task, outcome_of
-    from conftest import SAFETY_TIMEOUT
+    from hardening_support import (open_task, outcome_of)
+    from harness import SAFETY_TIMEOUT
     root = server_path(workspace)
     open_task(daemon, config.token, root, "Open until it is not")
     server = start_server(env=config.env())

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SAFETY_TIMEOUT, run_cli, snapshot
-from hardening_support import RawDaemon, daemon_post
+from harness import REPO, SAFETY_TIMEOUT, run_cli, snapshot
+from hardening_support import (RawDaemon, daemon_post)
 
 CHECKS = ("python", "config_dir", "token", "data_dir", "workspace", "daemon", "client")
 STATUSES = ("ok", "warn", "fail", "skip")

@@ -23,12 +23,10 @@ from collections import Counter
 
 import pytest
 
-from conftest import SAFETY_TIMEOUT, TESTS
+from harness import SAFETY_TIMEOUT, TESTS
 from hardening_support import (FAULT_ROUNDS, LedgerView, RawDaemon, TokenWatch, duplicate_entries,
-                               hserve, mcp_log, no_internal_error, outcome_of, read_json,
-                               report)
+                               outcome_of, read_json, report)
 
-__all__ = ["hserve", "mcp_log", "no_internal_error"]
 
 import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 

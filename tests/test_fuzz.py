@@ -43,15 +43,13 @@ from collections import Counter
 
 import pytest
 
-from conftest import (EXPECTED_TOOLS, META_CAPABILITIES, META_CLIENT, META_VERSION,
-                      MODERN_VERSION, PROBLEM_CODES, make_workspace, run_cli, schema_errors,
-                      server_file_uri, server_path, snapshot)
+from harness import (EXPECTED_TOOLS, META_CAPABILITIES, META_CLIENT, META_VERSION, MODERN_VERSION,
+                     PROBLEM_CODES, make_workspace, run_cli, sample_calls, schema_errors,
+                     server_file_uri, server_path, snapshot)
 from hardening_support import (FUZZ_EXAMPLES, MAX_LINE, THIRD_UID, Expectation, TokenWatch,
-                               check_wire_response, claim_response, hserve, hypothesis_or_fail,
-                               id_key, mcp_log, no_internal_error, outcome_of, python_version,
-                               report, split_lines, take_noid)
+                               check_wire_response, claim_response, hypothesis_or_fail, id_key,
+                               outcome_of, python_version, report, split_lines, take_noid)
 
-__all__ = ["hserve", "mcp_log", "no_internal_error"]   # fixtures used from hardening_support
 
 hypothesis_or_fail()
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
@@ -1209,10 +1207,7 @@ def test_roots_fuzz(hserve, tmp_path):
 
 # -- hostile .memprove/ trees (contract.md §6 rules 6, 14 and 15) ----------------------
 
-TREE_CALLS = [("context", {}), ("begin", {"new_task": "Tree fuzz"}), ("tasks", {}), ("pack", {}),
-              ("claims", {"numbers": [1]}), ("ledger_verify", {}),
-              ("checkpoint", {"facts": [{"text": "A tree fact."}]}),
-              ("decide", {"decision": "A tree decision."}), ("end", {}), ("complete", {})]
+TREE_CALLS = sample_calls()
 
 
 class TreeWorld:

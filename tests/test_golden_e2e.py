@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from conftest import REPO, server_path, tool_value
+from harness import REPO, server_path, tool_value
 
 GOLDEN = REPO / "docs" / "golden"
 CASES = sorted(path.name[:-len(".capsule.json")] for path in GOLDEN.glob("*.capsule.json"))

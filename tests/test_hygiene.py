@@ -19,10 +19,9 @@ import os
 
 import pytest
 
-from hardening_support import (FakeDaemon, Spy, TokenWatch, hserve, mcp_log, no_internal_error,
-                               non_loopback_address, outcome_of, report)
+from hardening_support import (FakeDaemon, Spy, TokenWatch, non_loopback_address, outcome_of,
+                               report)
 
-__all__ = ["hserve", "mcp_log", "no_internal_error"]
 
 PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
                    "ALL_PROXY")
@@ -162,10 +161,10 @@ def test_localhost_is_loopback_and_accepted(hserve, config, daemon):
 
 def test_problem_bodies_carrying_the_token_are_never_shown(hserve, config, plant, monkeypatch):
     """contract.md §3: title and detail are never shown; the text comes from `code`.
-    §4: an unknown daemon code is kept, so the log's outcome may be one conftest does
+    §4: an unknown daemon code is kept, so the log's outcome may be one harness does
     not list."""
-    import conftest
-    monkeypatch.setattr(conftest, "PROBLEM_CODES", conftest.PROBLEM_CODES | {"weird_new_code"})
+    import harness
+    monkeypatch.setattr(harness, "PROBLEM_CODES", harness.PROBLEM_CODES | {"weird_new_code"})
     secret = plant("PLANTED-DETAIL")
     answers = [
         (401, {"code": "unauthenticated", "title": config.token, "detail": secret}, "unauthenticated"),

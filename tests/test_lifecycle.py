@@ -24,11 +24,9 @@ from collections import Counter
 
 import pytest
 
-from conftest import (EXPECTED_TOOLS, SAFETY_TIMEOUT, initialize_params, modern_params,
-                      parse_log)
-from hardening_support import (LedgerView, hserve, mcp_log, no_internal_error, outcome_of, report)
+from harness import EXPECTED_TOOLS, SAFETY_TIMEOUT, initialize_params, modern_params, parse_log
+from hardening_support import (LedgerView, outcome_of, report)
 
-__all__ = ["hserve", "mcp_log", "no_internal_error"]
 
 import ledgerd  # noqa: E402
 

@@ -23,12 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (SAFETY_TIMEOUT, check_stdout_line, clean_env, default_server_python,
-                      modern_params, parse_log, server_path)
-from hardening_support import (MALLOC_PLAIN, begun_server, hserve, mcp_log, needs_proc,
-                               no_internal_error, outcome_of, peak_kib, read_json, report)
+from harness import (SAFETY_TIMEOUT, check_stdout_line, clean_env, default_server_python,
+                     modern_params, parse_log, server_path)
+from hardening_support import (MALLOC_PLAIN, begun_server, needs_proc, outcome_of, peak_kib,
+                               read_json, report)
 
-__all__ = ["hserve", "mcp_log", "no_internal_error"]
 
 import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from conftest import EXPECTED_TOOLS, initialize_params
+from harness import EXPECTED_TOOLS, initialize_params
 
 SCHEMA_KEYS = {
     "2024-11-05": {

@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import memprove_mcp as mp  # noqa: E402
-from conftest import depth  # noqa: E402
+from harness import depth  # noqa: E402
 
 # -- the reference: pack.md read literally -------------------------------------
 

@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from conftest import REPO, run_cli, server_path, snapshot
+from harness import REPO, run_cli, server_path, snapshot
 
 sys.path.insert(0, str(REPO))
 import memprove_mcp as mp  # noqa: E402  (kit_commands, given a platform)

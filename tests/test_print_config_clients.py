@@ -23,7 +23,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import clean_env, depth, find_python, run_cli
+from harness import clean_env, depth, find_python, run_cli
 from test_cli import interpreter_executable, one_stderr_line
 
 # clients.md's table, in its order.

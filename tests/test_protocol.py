@@ -11,9 +11,10 @@ import signal
 
 import pytest
 
-from conftest import (EXPECTED_TOOLS, LEGACY_VERSIONS, META_CAPABILITIES, META_SERVER, META_VERSION, MODERN_VERSION, READ_TOOLS, SAFETY_TIMEOUT,
-                      WRITE_TOOLS, initialize_params, log_text, make_workspace, modern_meta,
-                      modern_params, schema_errors, schema_keyword_problems, server_path)
+from harness import (EXPECTED_TOOLS, LEGACY_VERSIONS, META_CAPABILITIES, META_SERVER, META_VERSION,
+                     MODERN_VERSION, READ_TOOLS, SAFETY_TIMEOUT, TOOL_SAMPLES, WRITE_TOOLS,
+                     initialize_params, log_text, make_workspace, modern_meta, modern_params,
+                     schema_errors, schema_keyword_problems, server_path)
 
 INVALID_PARAMS_TEXT = "invalid_params: The arguments do not match the tool's input schema."
 MODERN_ONLY_KEYS = {"resultType", "ttlMs", "cacheScope", "_meta"}
@@ -152,6 +153,18 @@ def test_initialize_opening(serve, server_version, asked, answered):
     record = one_log(server, 0)
     assert (record["era"], record["method"], record["tool"], record["outcome"]) == (
         "legacy", '"initialize"', "-", "ok")
+
+
+def test_the_tool_samples_cover_every_listed_tool(serve):
+    """harness.TOOL_SAMPLES, the one table a test's "every tool" is made from, holds a
+    sample call of each tool the server lists, in its order, each valid for the tool's
+    input schema: a new tool fails here until its sample is written."""
+    server = serve()
+    listed = result_of(server.request("tools/list", modern_params()))["tools"]
+    assert list(TOOL_SAMPLES) == [tool["name"] for tool in listed]
+    for tool in listed:
+        assert schema_errors(tool["inputSchema"], TOOL_SAMPLES[tool["name"]][0]) == [], tool
+    assert server.close() == 0
 
 
 def test_instructions_same_in_both_eras_and_name_the_workflow(serve):

@@ -8,7 +8,7 @@ from contextlib import closing
 import pytest
 
 import ledgerd
-from conftest import TESTS, default_config_dir, server_path, tool_value  # noqa: F401  (conftest puts tests/ on sys.path)
+from harness import default_config_dir, server_path, tool_value
 
 
 def structured(answer):

@@ -11,8 +11,8 @@ from urllib.parse import quote
 
 import pytest
 
-from conftest import depth, make_workspace, modern_params, server_file_uri, server_path
-from hardening_support import claim_response, id_key, report
+from harness import depth, make_workspace, modern_params, server_file_uri, server_path
+from hardening_support import (claim_response, id_key, report)
 
 ROOTS_REQUEST = {"jsonrpc": "2.0", "method": "roots/list"}
 
@@ -570,7 +570,7 @@ def test_a_list_changed_storm_holds_one_request(start_server, elsewhere, project
     """STORM list_changed and no answer: the server holds one pending request, so its
     peak memory (VmHWM) grows by no more than STORM_BOUND_KIB (each pending request kept
     added ~64 bytes: 1,000,000 grew it by 64 MiB).  The growth is reported."""
-    from hardening_support import MALLOC_PLAIN, needs_proc, peak_kib, report
+    from hardening_support import (MALLOC_PLAIN, needs_proc, peak_kib, report)
     needs_proc()
     server = start_server(cwd=elsewhere, env=MALLOC_PLAIN)
     server.answer(declared(server), roots_result(projects[0]))

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import memprove_mcp as mp  # noqa: E402
-from conftest import depth  # noqa: E402
+from harness import depth  # noqa: E402
 
 
 def literal_lines(data):

@@ -9,11 +9,9 @@ are printed and reported.
 
 import time
 
-from conftest import SAFETY_TIMEOUT
-from hardening_support import (SOAK_CALLS, hserve, mcp_log, needs_proc, no_internal_error,
-                               outcome_of, proc_stats, report)
+from harness import SAFETY_TIMEOUT
+from hardening_support import (SOAK_CALLS, needs_proc, outcome_of, proc_stats, report)
 
-__all__ = ["hserve", "mcp_log", "no_internal_error"]
 
 import ledgerd  # noqa: E402
 

@@ -24,18 +24,14 @@ import time
 
 import pytest
 
-from conftest import SAFETY_TIMEOUT, snapshot
-from hardening_support import (begun_server, hserve, mcp_log, no_internal_error, outcome_of,
-                               read_json, report, skip_or_fail)
+from harness import SAFETY_TIMEOUT, TOOL_SAMPLES, sample_calls, snapshot
+from hardening_support import (begun_server, outcome_of, read_json, report, skip_or_fail)
 
-__all__ = ["hserve", "mcp_log", "no_internal_error"]
 
 import ledgerd  # noqa: E402
 
-UNREADABLE_FOR_TOOLS = ("tasks", "pack", "claims", "ledger_verify", "checkpoint", "decide",
-                        "end", "complete")
-TOOL_ARGS = {"claims": {"numbers": [1]}, "checkpoint": {"facts": [{"text": "A fact."}]},
-             "decide": {"decision": "A decision."}}
+# Every tool but `context` (which reports the file) and `begin` (which moves it aside).
+UNREADABLE_FOR_CALLS = sample_calls("context", "begin")
 TEMPORARY_PREFIX = ".context."
 
 NO_DAC = """\
@@ -73,7 +69,7 @@ def permission_python(tmp_path):
 
 def call(server, tool, args=None, era="legacy", timeout=SAFETY_TIMEOUT):
     request_id = server.new_id()
-    params = server.call_params(tool, TOOL_ARGS.get(tool, {}) if args is None else args, era=era)
+    params = server.call_params(tool, TOOL_SAMPLES[tool][0] if args is None else args, era=era)
     server.send(server.request_message("tools/call", params, id=request_id))
     return outcome_of(server.response(request_id, timeout=timeout), era)
 
@@ -254,8 +250,8 @@ def test_unreadable_context(stressed, case, workspace, tmp_path, daemon):
     assert value["context_error"] == "context_unreadable" and value["task"] is None
     # Every other tool: context_unreadable, and nothing is sent or written.
     ops = len(daemon.ops)
-    for tool in UNREADABLE_FOR_TOOLS:
-        code, text = call(server, tool)
+    for tool, args in UNREADABLE_FOR_CALLS:
+        code, text = call(server, tool, args)
         assert code == "context_unreadable", (tool, text)
     assert len(daemon.ops) == ops
     assert snapshot(memprove_dir(workspace)) == files
@@ -288,8 +284,8 @@ def test_linked_context_is_unreadable_and_never_followed(seeded, case, workspace
     assert list(value)[:3] == ["task_id", "session_id", "context_error"], value
     assert value["context_error"] == "context_unreadable" and value["task"] is None
     ops = len(daemon.ops)
-    for tool in UNREADABLE_FOR_TOOLS + ("begin",):
-        code, text = call(server, tool, {"new_task": "Through a link"} if tool == "begin" else None)
+    for tool, args in UNREADABLE_FOR_CALLS + [("begin", {"new_task": "Through a link"})]:
+        code, text = call(server, tool, args)
         assert code == "context_unreadable" and "The file context.json is a link." in text, (tool, text)
     assert len(daemon.ops) == ops
     assert snapshot(memprove_dir(workspace), tmp_path / "outside-context.json",

@@ -26,13 +26,11 @@ import time
 
 import pytest
 
-from conftest import SAFETY_TIMEOUT, server_path, snapshot
+from harness import SAFETY_TIMEOUT, sample_calls, server_path, snapshot
 from hardening_support import (MALLOC_PLAIN, UserListener, begun_server, call_tool, doctor_as,
-                               victims_daemon, victims_project, victims_token,
-                               hserve, local_users, mcp_log, needs_proc, no_internal_error,
+                               victims_daemon, victims_project, victims_token, needs_proc,
                                peak_kib, read_json, report)
 
-__all__ = ["hserve", "local_users", "mcp_log", "no_internal_error"]
 
 import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 
@@ -40,10 +38,8 @@ FOREIGN_TEXT = ("context_foreign: The Workspace's context file belongs to anothe
                 "`begin` starts a fresh one.")
 FOREIGN_NAME = re.compile(r"context\.json\.foreign-[0-9]{8}T[0-9]{6}Z\Z")
 # Every tool but `context` (which reports it) and `begin` (which starts afresh).
-REFUSING_TOOLS = ("tasks", "pack", "claims", "ledger_verify", "checkpoint", "decide", "end",
-                  "complete")
-TOOL_ARGS = {"claims": {"numbers": [1]}, "checkpoint": {"facts": [{"text": "A fact."}]},
-             "decide": {"decision": "A decision."}, "begin": {"new_task": "Afresh"}}
+REFUSING_CALLS = sample_calls("context", "begin")
+BEGIN = ("begin", {"new_task": "Afresh"})
 WRITES_NAMING_A_TASK = ("createSession", "createCheckpoint", "proposeDecision", "transitionTask")
 
 
@@ -111,8 +107,8 @@ def test_rule14_a_context_of_another_root_is_foreign(hserve, config, daemon, wor
     assert (value["task_id"], value["session_id"], value["task"], value["session"]) == \
         (None, None, None, None), value
     assert value["workspace"]["root"] == server_path(there), value
-    for tool in REFUSING_TOOLS:
-        code, text = call_tool(server, tool, TOOL_ARGS.get(tool))
+    for tool, args in REFUSING_CALLS:
+        code, text = call_tool(server, tool, args)
         assert (code, text[:len(FOREIGN_TEXT)]) == ("context_foreign", FOREIGN_TEXT), (tool, text)
     assert daemon.ops[since:] == [], [entry["op"] for entry in daemon.ops[since:]]
     assert snapshot(there, workspace) == files
@@ -170,8 +166,8 @@ def test_rule14_a_linked_context_is_unreadable(hserve, config, daemon, workspace
     assert code == "ok", value
     assert value.get("context_error") == "context_unreadable", value
     assert value["task"] is None and value["session"] is None, value
-    for tool in REFUSING_TOOLS + ("begin",):
-        code, text = call_tool(server, tool, TOOL_ARGS.get(tool))
+    for tool, args in REFUSING_CALLS + [BEGIN]:
+        code, text = call_tool(server, tool, args)
         assert code == "context_unreadable" and hint in text, (tool, text)
     assert daemon.ops[since:] == [], [entry["op"] for entry in daemon.ops[since:]]
     assert snapshot(workspace, clone) == files

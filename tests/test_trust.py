@@ -31,12 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env, run_cli, server_file_uri, server_path
+from harness import clean_env, run_cli, server_file_uri, server_path
 from hardening_support import (UserDaemon, UserListener, begun_server, call_tool, doctor_as,
-                               hserve, local_users, mcp_log, no_internal_error, read_json,
-                               report, victims_project, victims_token)
+                               read_json, report, victims_project, victims_token)
 
-__all__ = ["hserve", "local_users", "mcp_log", "no_internal_error"]
 
 import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAFETY_TIMEOUT, ask_python, initialize_params, run_cli, server_path
-from hardening_support import outcome_of
+from harness import SAFETY_TIMEOUT, ask_python, initialize_params, run_cli, server_path
+from hardening_support import (outcome_of)
 from test_doctor import parse_json, parse_text
 from test_print_config_clients import CLIENTS, DOCUMENTED, parse
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import make_workspace, run_cli, server_file_uri, server_path
+from harness import make_workspace, run_cli, server_file_uri, server_path
 
 SOURCES = ("--workspace", "MEMPROVE_WORKSPACE", "CLAUDE_PROJECT_DIR", "roots",
            "working directory")

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import pytest
 
 import ledgerd
-from conftest import server_path, snapshot, tool_value
+from harness import server_path, snapshot, tool_value
 
 # contract.md section 4, copied by hand.
 SENTENCES = {

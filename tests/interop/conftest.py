@@ -355,7 +355,7 @@ def loopback_only(request):
 def claude(claude_code, loopback_only, config, daemon, tmp_path):
     """`claude` (support.Claude) for a fresh project Workspace, its HOME pointing at the
     test's daemon, inside the loopback-only namespace where one can be made."""
-    from conftest import make_workspace
+    from harness import make_workspace
     from interop.support import Claude
     project = make_workspace(tmp_path / "project")
     made = Claude(project, tmp_path / "claude-home", claude_code / "node_modules" / ".bin",
@@ -417,7 +417,7 @@ def claude_windows(wine10, loopback_only, config, daemon, tmp_path):
     left from before, its memprove configuration pointing at the test's daemon, inside
     the loopback-only namespace where one can be made.  One test at a time holds that
     user (a lock beside the chroot), and its state is cleared again afterwards."""
-    from conftest import make_workspace
+    from harness import make_workspace
     from interop.support import WindowsClaude
     with open(str(wine10.bin.parent / ".user.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -431,3 +431,72 @@ def claude_windows(wine10, loopback_only, config, daemon, tmp_path):
             yield made
         finally:
             wine10.forget_user()
+
+
+# -- the agent tier's world (interop/agents.py) ---------------------------------------------
+# Imported here, not at the top: interop.agents imports the main suite's harness, which this
+# conftest must not need before pytest has put tests/ on sys.path.
+from interop.agents import Agent, LoopbackNamespace  # noqa: E402
+from interop.model_endpoint import Endpoint  # noqa: E402
+
+@pytest.fixture
+def netns(request):
+    space = LoopbackNamespace()
+    if not space.prefix:
+        reporter = request.config.pluginmanager.getplugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("INTEROP: no network namespace here; the agent clients run on "
+                                "the host's loopback", yellow=True, bold=True)
+    yield space
+    space.close()
+
+
+@pytest.fixture
+def ns_daemon(netns, config):
+    """The reference daemon, listening on 127.0.0.1 inside the namespace."""
+    import ledgerd
+    started = netns.inside(lambda: ledgerd.Daemon(str(config.data_dir)).start())
+    try:
+        started.add_token(config.token, scopes=("mcp-read", "mcp-write"), roles="*")
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def make_agent(agent_client, tmp_path, pyz, config, netns, ns_daemon, check_wire):
+    made = []
+
+    def make(name, env=None):
+        agent = Agent(name, agent_client(name), tmp_path, pyz, config, netns, env)
+        agent.check_wire = check_wire
+        made.append(agent)
+        return agent
+    yield make
+    for agent in made:
+        agent.end_leftovers(grace=0)
+
+
+@pytest.fixture
+def endpoint_in(netns):
+    """endpoint_in(dialect, script) -> a started Endpoint on 127.0.0.1 inside the namespace."""
+    started = []
+
+    def make(dialect, script):
+        endpoint = netns.inside(lambda: Endpoint(dialect, script))
+        started.append(endpoint.start())
+        return endpoint
+    yield make
+    for endpoint in started:
+        endpoint.stop()
+
+
+@pytest.fixture
+def windows_pyz(pyz, tmp_path):
+    """A copy of the .pyz without the Unix executable bit, as a file downloaded on
+    Windows is: Wine would start a file that has it as a Unix program."""
+    copy = tmp_path / "dist" / "memprove_mcp.pyz"
+    copy.parent.mkdir()
+    shutil.copyfile(str(pyz), str(copy))
+    os.chmod(str(copy), 0o644)
+    return copy

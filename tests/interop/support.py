@@ -24,9 +24,9 @@ from pathlib import Path
 
 # The main suite's helpers (tests/conftest.py); MODERN_VERSION and schema_errors are also
 # for the tests that import this module.
-from conftest import (
-    EXPECTED_TOOLS, META_CLIENT, META_SERVER, META_VERSION, MODERN_VERSION, ask_python,
-    check_stdout_line, log_text, parse_log, schema_errors, strict_json)
+from harness import (EXPECTED_TOOLS, META_CLIENT, META_SERVER, META_VERSION, MODERN_VERSION,
+                     ask_python, check_stdout_line, log_text, parse_log, schema_errors,
+                     strict_json)
 
 HERE = Path(__file__).resolve().parent
 TEE = HERE / "mcp_tee.py"

@@ -16,7 +16,7 @@ import re
 import shutil
 import sys
 
-from conftest import REPO, make_workspace
+from harness import REPO, make_workspace
 from interop.support import (
     MODERN_VERSION, PROBE_ID, TEE, check_tool_listing, connections, print_config, transcripts)
 

@@ -38,7 +38,7 @@ import sys
 from urllib.parse import urlsplit
 
 import ledgerd
-from conftest import EXPECTED_TOOLS
+from harness import EXPECTED_TOOLS
 from interop.model_endpoint import Endpoint, Script, ToolCall, Turn
 from interop.support import (
     TEE, check_connection, check_tool_listing, connections, print_config, session_connections,

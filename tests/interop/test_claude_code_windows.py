@@ -26,14 +26,10 @@ ports into it.
 
 import json
 import ntpath
-import os
 import re
-import shutil
 import subprocess
 
-import pytest
-
-from conftest import EXPECTED_TOOLS, SAFETY_TIMEOUT
+from harness import EXPECTED_TOOLS, SAFETY_TIMEOUT
 from interop.model_endpoint import Script
 from interop.test_claude_code_session import (
     PREFIX, Day, assert_not_preview, assert_pack_text, headless, ledger_ops, model_text, received,
@@ -43,17 +39,6 @@ CONNECTED_LIST = re.compile(r"^memprove: (.*) - \u221a Connected$", re.M)
 CONTROL_FAILED = re.compile(r"^memprove-pyz: (.*) - \u00d7 Failed to connect\b", re.M)
 CONNECTED_GET = "Status: \u221a Connected"
 TITLE = "Fix flaky upload retries on Windows \u2014 caf\u00e9 edition"
-
-
-@pytest.fixture
-def windows_pyz(pyz, tmp_path):
-    """A copy of the .pyz without the Unix executable bit, as a file downloaded on
-    Windows is: Wine would start a file that has it as a Unix program."""
-    copy = tmp_path / "dist" / "memprove_mcp.pyz"
-    copy.parent.mkdir()
-    shutil.copyfile(str(pyz), str(copy))
-    os.chmod(str(copy), 0o644)
-    return copy
 
 
 def windows_print_config(claude, pyz):

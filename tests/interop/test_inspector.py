@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import EXPECTED_TOOLS
+from harness import EXPECTED_TOOLS
 from interop.support import (
     MODERN_VERSION, PROBE_ID, check_tool_listing, connections, schema_errors,
     server_env, teed_command, transcripts)

@@ -16,8 +16,9 @@ wrote them, and every server a client starts from them is recorded and checked a
 protocol.md, with the .pyz it ran.
 
 Codex and Gemini run in the agent tier's namespace with only loopback, beside the daemon
-and the endpoint (test_agent_clients.py's fixtures); Claude Code in the loopback-only
-namespace of the `claude` fixture, the endpoint's and daemon's ports bridged into it.
+and the endpoint (interop/agents.py, its fixtures in interop/conftest.py); Claude Code in
+the loopback-only namespace of the `claude` fixture, the endpoint's and daemon's ports
+bridged into it.
 """
 
 import hashlib
@@ -33,15 +34,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import REPO, SAFETY_TIMEOUT, built_once, clean_env
+from harness import REPO, SAFETY_TIMEOUT, built_once, clean_env
 from interop.model_endpoint import DIALECTS, Endpoint, Script, ToolCall, Turn
 from interop.support import TEE, check_connection, connections, transcripts
-# The agent tier's world: a loopback-only namespace shared by the client, the daemon and
-# the endpoint; an agent client with a throwaway HOME and a memprove configuration.
-from interop.test_agent_clients import (  # noqa: F401  (fixtures)
-    EXPECTED_AGENT, GEMINI_MODEL, describe, endpoint_in, gemini_agent, make_agent, netns,
-    ns_daemon, result_object)
-from interop.test_claude_code_windows import windows_pyz  # noqa: F401  (fixture)
+from interop.agents import EXPECTED_AGENT, GEMINI_MODEL, describe, gemini_agent, result_object
 
 KIT = "memprove"
 ARCHIVE = "memprove_mcp.pyz"

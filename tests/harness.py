@@ -1,0 +1,1066 @@
+"""What the tests share that is not a fixture: the constants of the protocol, the test
+profile's depth, the interpreters (every CPython, the Windows ones under Wine), paths as a
+server computes them, clean environments and Workspaces, message builders, the checks of
+the two output streams, `Server` (`<python> <pyz> mcp serve` over real pipes), `run_cli`,
+`snapshot`, a validator for the JSON Schema subset the tools use, and TOOL_SAMPLES, one
+valid call of every tool.
+
+tests/conftest.py holds the hooks and the fixtures, built from these; a test file imports
+what it uses from here (`from harness import ...`), never from conftest.  (Not
+`support.py`: tests/interop/support.py is the interop tier's own, imported as
+`interop.support`.)
+"""
+
+import contextlib
+import errno
+import glob
+import json
+import os
+import queue
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+for _path in (str(REPO), str(TESTS)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+# A safety net against a hung server, never a means of synchronisation.
+SAFETY_TIMEOUT = 30.0
+
+MODERN_VERSION = "2026-07-28"
+LEGACY_VERSIONS = ("2025-11-25", "2025-06-18")
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT = "io.modelcontextprotocol/clientInfo"
+META_SERVER = "io.modelcontextprotocol/serverInfo"
+
+# The one place the tool list is written down: seed-mcp-server.md's order.
+READ_TOOLS = ("pack", "claims", "context", "tasks", "ledger_verify")
+WRITE_TOOLS = ("begin", "checkpoint", "decide", "end", "complete")
+EXPECTED_TOOLS = READ_TOOLS + WRITE_TOOLS
+
+# One valid call of every tool: the arguments a test sends when any will do, and the
+# daemon operations the tool may send (seed-mcp-server.md's table).  A table a test keeps
+# of "every tool" is made from this one; tests/test_protocol.py holds it to the tools the
+# server lists, so a new tool cannot be left out of them.
+TOOL_SAMPLES = {
+    "pack": ({}, ("getTaskCapsule", "listTasks")),
+    "claims": ({"numbers": [1]}, ("getTaskCapsule", "listTasks")),
+    "context": ({}, ()),
+    "tasks": ({}, ("listTasks",)),
+    "ledger_verify": ({}, ("verifyLedger",)),
+    "begin": ({"new_task": "A sample Task"},
+              ("listSessions", "resolveWorkspace", "createTask", "listTasks", "createSession",
+               "transitionTask")),
+    "checkpoint": ({"facts": [{"text": "A sample fact."}]},
+                   ("getTaskCapsule", "createCheckpoint", "listTasks", "listSessions")),
+    "decide": ({"decision": "A sample decision."},
+               ("getTaskCapsule", "proposeDecision", "listTasks", "listSessions")),
+    "end": ({}, ("endSession", "getTaskCapsule", "listSessions", "listTasks")),
+    "complete": ({}, ("transitionTask", "getTaskCapsule", "listTasks", "listSessions")),
+}
+
+
+def sample_calls(*leaving_out):
+    """(tool, arguments) of every tool but those named, in the table's order."""
+    return [(tool, json.loads(json.dumps(TOOL_SAMPLES[tool][0]))) for tool in TOOL_SAMPLES
+            if tool not in leaving_out]
+
+PROBLEM_CODES = frozenset("""
+invalid_params token_missing token_malformed data_dir_missing daemon_unavailable
+daemon_address_refused daemon_timeout daemon_error context_unreadable workspace_unusable
+context_foreign no_task no_session
+task_not_found session_not_found run_label_unknown no_passed_runs runs_failing
+internal_error unauthenticated token_revoked scope_missing role_forbidden not_found
+claim_not_found claim_not_active session_not_open invalid_transition evidence_invalid
+validation_failed idempotency_key_reused
+""".split())
+RPC_CODES = frozenset(["-32700", "-32600", "-32601", "-32602", "-32603", "-32022"])
+OTHER_OUTCOMES = frozenset(["ok", "notification", "response", "cancelled"])
+DAEMON_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
+
+LOG_LINE = re.compile(
+    r"memprove-mcp (?P<era>modern|legacy|-) (?P<method>-|\".*?) id=(?P<id>-|-?[0-9]+|\".*?) "
+    r"tool=(?P<tool>[a-z_]+|\?|-) (?P<outcome>[a-z][a-z0-9_]*|-?[0-9]+) (?P<ms>[0-9]+)ms"
+    r"(?P<warning> warning=token_file_too_open)?\Z")
+
+# The ids of the server's roots/list requests (clients.md), n counting from 1.
+ROOTS_REQUEST_ID = re.compile(r"memprove-roots-[1-9][0-9]*\Z")
+
+# Every CPython the server runs on (contract.md section 5).  pyenv provides
+# 3.6-3.13; tests/pythons.sh provides 3.14 and 3.15 (Debian unstable in a chroot).
+PYTHON_VERSIONS = ("3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14", "3.15")
+PYTHONS_SCRIPT = "tests/pythons.sh"
+
+
+# ---------------------------------------------------------------------------
+# How deep the suite goes
+# ---------------------------------------------------------------------------
+
+# MEMPROVE_TEST_PROFILE picks the depth of the tests that generate or repeat their
+# cases.  "quick", the default (the README's command, run many times a day), runs every
+# test and every property with a fifth of the examples and rounds; "ci", which .ci/run
+# selects, runs them at full depth.  MEMPROVE_FUZZ_EXAMPLES, MEMPROVE_FAULT_ROUNDS,
+# MEMPROVE_SOAK_CALLS and MEMPROVE_STRESS_ROUNDS still set one size outright.
+TEST_PROFILES = ("quick", "ci")
+TEST_PROFILE = os.environ.get("MEMPROVE_TEST_PROFILE", "").strip() or "quick"
+QUICK_SHARE = 5
+
+
+def depth(full):
+    """A count of examples or rounds that is `full` at CI depth, under this run's
+    profile: all of it under "ci", a fifth of it (at least 10) under "quick"."""
+    return full if TEST_PROFILE == "ci" else max(10, full // QUICK_SHARE)
+
+
+def _load_hypothesis_profile():
+    """Hypothesis's own profiles, for every property that does not count its examples
+    itself; the fuzzers count theirs with depth()."""
+    try:
+        from hypothesis import settings
+    except ImportError:      # the modules that need it skip (or fail under CI=true) saying so
+        return
+    settings.register_profile("ci", max_examples=100)
+    settings.register_profile("quick", max_examples=100 // QUICK_SHARE)
+    if TEST_PROFILE in TEST_PROFILES:
+        settings.load_profile(TEST_PROFILE)
+
+
+_load_hypothesis_profile()
+
+
+# ---------------------------------------------------------------------------
+# What the xdist workers of one run share
+# ---------------------------------------------------------------------------
+
+def run_directory(tmp_path_factory):
+    """This run's base temporary directory: the worker's own under xdist holds only
+    that worker's files, so the run's is its parent (the controller's)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def exclusive_lock(path):
+    """Hold an exclusive lock on the file `path` (made if absent) while the block runs."""
+    with open(str(path), "a+b") as handle:
+        if os.name == "nt":
+            import msvcrt
+            while True:
+                handle.seek(0)
+                try:
+                    msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+                    break
+                except OSError as error:
+                    if error.errno != errno.EDEADLOCK:   # LK_LOCK gives up after ten seconds
+                        raise
+            try:
+                yield
+            finally:
+                handle.seek(0)
+                msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def built_once(tmp_path_factory, name, build):
+    """The path `build(folder)` returns, built into <run directory>/<name> by the first
+    worker of this run that asks while the others wait, and returned to every later call.
+    The lock and the note of the path sit beside the folder, which holds the build alone."""
+    run = run_directory(tmp_path_factory)
+    folder, note = run / name, run / (name + ".path")
+    with exclusive_lock(run / (name + ".lock")):
+        if note.is_file():
+            return Path(note.read_text("utf-8"))
+        if folder.exists():              # a build that failed, in another worker
+            shutil.rmtree(str(folder))
+        folder.mkdir()
+        path = build(folder)
+        note.write_text(str(path), "utf-8")
+        return path
+
+
+# ---------------------------------------------------------------------------
+# The .pyz and the interpreters
+# ---------------------------------------------------------------------------
+
+def build_pyz(folder):
+    out = folder / "memprove_mcp.pyz"
+    pythons = []
+    for minor in PYTHON_VERSIONS:
+        if find_python(minor):
+            pythons += ["--python", find_python(minor)]
+    done = subprocess.run([sys.executable, str(REPO / "build_zipapp.py"), "--output", str(out)]
+                          + pythons, cwd=str(REPO), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=300)
+    assert done.returncode == 0, "build_zipapp.py failed: %r" % (done.stderr,)
+    assert out.is_file()
+    return out
+
+
+def _pyenv_root():
+    exe = shutil.which("pyenv")
+    if exe:
+        try:
+            out = subprocess.run([exe, "root"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 timeout=30).stdout.decode().strip()
+            if out:
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+
+
+def _version_key(path):
+    name = Path(path).parent.parent.name          # versions/3.11.7/bin/python3.11
+    return tuple(int(part) if part.isdigit() else -1 for part in re.split(r"[.]", name))
+
+
+def _real_interpreter(candidate, minor, cwd=None):
+    """The interpreter's own sys.executable if it runs and is `minor`, else None."""
+    try:
+        done = subprocess.run(
+            [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.executable)"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60, cwd=cwd)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.decode("utf-8", "replace").splitlines()
+    if done.returncode != 0 or len(lines) < 2 or lines[0] != minor:
+        return None
+    return lines[1]
+
+
+_FOUND = {}
+
+
+def wrappers_bin(variable, cache_name):
+    """Where a setup script (tests/pythons.sh, tests/windows.sh) puts its wrappers:
+    $variable, else ${XDG_CACHE_HOME:-~/.cache}/cache_name/bin."""
+    if os.environ.get(variable):
+        return Path(os.environ[variable])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(cache) / cache_name / "bin"
+
+
+def pythons_bin():
+    return wrappers_bin("MEMPROVE_TEST_PYTHONS_BIN", "memprove-mcp-pythons")
+
+
+def find_python(minor):
+    """A path that runs Python `minor` ("3.6"...): pyenv's newest patch release
+    of it, else `python3.X` on PATH, else tests/pythons.sh's chroot wrapper
+    (which sees only the files under /tmp); None when there is none."""
+    if minor not in _FOUND:
+        found = None
+        pattern = os.path.join(_pyenv_root(), "versions", minor + ".*", "bin", "python" + minor)
+        for candidate in sorted(glob.glob(pattern), key=_version_key, reverse=True):
+            if re.match(r"\d+\.\d+\.\d+\Z", Path(candidate).parent.parent.name):
+                found = _real_interpreter(candidate, minor)
+                if found:
+                    break
+        if not found:
+            on_path = shutil.which("python" + minor)
+            if on_path and "shims" not in Path(on_path).parts:
+                found = _real_interpreter(on_path, minor)
+        if not found:
+            wrapper = pythons_bin() / ("python" + minor)
+            # Its sys.executable is a path inside the chroot: keep the wrapper's.
+            if wrapper.is_file() and _real_interpreter(str(wrapper), minor, cwd="/tmp"):
+                found = str(wrapper)
+        _FOUND[minor] = found
+    return _FOUND[minor]
+
+
+def how_to_get(minor):
+    """The command that provides Python `minor` for the tests."""
+    if tuple(map(int, minor.split("."))) >= (3, 14):
+        return "sudo %s (Debian unstable's python%s in a chroot)" % (PYTHONS_SCRIPT, minor)
+    return "pyenv install %s" % minor
+
+
+def require_python(minor):
+    """find_python(minor), else skip naming the command that gets it (fail under CI=true)."""
+    path = find_python(minor)
+    reason = None
+    if path is None:
+        reason = "Python %s is not installed; get it with: %s" % (minor, how_to_get(minor))
+    elif Path(path).parent == pythons_bin() and not (
+            os.path.realpath(tempfile.gettempdir()) + "/").startswith("/tmp/"):
+        reason = ("Python %s runs in a chroot that shares only /tmp, and the tests' files go "
+                  "to %s: unset TMPDIR" % (minor, tempfile.gettempdir()))
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + " (CI=true requires every Python %s to %s)"
+                        % (PYTHON_VERSIONS[0], PYTHON_VERSIONS[-1]))
+        pytest.skip(reason)
+    return path
+
+
+def default_server_python():
+    """The interpreter a server runs under unless a test names one: sys.executable,
+    or Python X.Y when MEMPROVE_TEST_SERVER_PYTHON=X.Y (a path is taken as is), so
+    that the end-to-end suite can be run with the server under each Python."""
+    wanted = os.environ.get("MEMPROVE_TEST_SERVER_PYTHON")
+    if not wanted:
+        return sys.executable
+    if re.match(r"3\.[0-9]+\Z", wanted):
+        return require_python(wanted)
+    if server_is_windows():
+        return require_windows_python(wanted[len("win"):])
+    return wanted
+
+
+# ---------------------------------------------------------------------------
+# Windows: python.org's CPython for Windows, under Wine (tests/windows.sh)
+#
+# MEMPROVE_TEST_SERVER_PYTHON=win3.8 (or win3.13) runs the tests that start their
+# server through `start_server` with the server under that interpreter; the
+# tests that name `windows_python` (tests/test_windows.py) run under each.  The
+# server then sees /tmp/x as Z:\tmp\x: a test that registers a Workspace at the
+# reference daemon or compares a root uses `server_path`.  The tests that are
+# POSIX by nature are listed, with why, in WINDOWS_POSIX_ONLY.
+# ---------------------------------------------------------------------------
+
+WINDOWS_VERSIONS = ("3.8", "3.13")
+WINDOWS_SCRIPT = "tests/windows.sh"
+
+
+def windows_bin():
+    return wrappers_bin("MEMPROVE_TEST_WINDOWS_BIN", "memprove-mcp-windows")
+
+
+_FOUND_WINDOWS = {}
+
+
+def find_windows_python(minor):
+    """tests/windows.sh's wrapper for Windows Python `minor` if it runs that, else None."""
+    if minor not in _FOUND_WINDOWS:
+        wrapper = windows_bin() / ("python-win" + minor)
+        found = None
+        if wrapper.is_file():
+            try:
+                done = subprocess.run(
+                    [str(wrapper), "-c", "import os, sys; print(os.name, '%d.%d' % sys.version_info[:2])"],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                    timeout=120, cwd="/tmp")
+                if done.returncode == 0 and done.stdout.split() == [b"nt", minor.encode()]:
+                    found = str(wrapper)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        _FOUND_WINDOWS[minor] = found
+    return _FOUND_WINDOWS[minor]
+
+
+def require_windows_python(minor):
+    """find_windows_python(minor), else skip naming the command that sets it up
+    (fail under CI=true)."""
+    path = find_windows_python(minor)
+    if path is None:
+        reason = ("Windows Python %s under Wine is not set up (no working %s); get it with: "
+                  "%s (as root, or as yourself once `sudo apt-get install wine64` is done)"
+                  % (minor, windows_bin() / ("python-win" + minor), WINDOWS_SCRIPT))
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + " (CI=true requires the Windows tier)")
+        pytest.skip(reason)
+    return path
+
+
+def server_is_windows():
+    """True when MEMPROVE_TEST_SERVER_PYTHON names a Windows Python (win3.X)."""
+    return bool(re.match(r"win3\.[0-9]+\Z", os.environ.get("MEMPROVE_TEST_SERVER_PYTHON", "")))
+
+
+# What `server_python` runs through: every Python, or with the server under Windows
+# that one alone (so the tests parametrized by it run there too, once).
+SERVER_PYTHONS = ((os.environ["MEMPROVE_TEST_SERVER_PYTHON"],) if server_is_windows()
+                  else PYTHON_VERSIONS)
+
+
+def is_windows_python(python):
+    return Path(str(python)).parent == windows_bin() and Path(str(python)).name.startswith("python-win")
+
+
+_SERVER_PATHS = {}
+
+
+def server_path(path, python=None):
+    """`path` as a server under `python` (default: default_server_python()) computes
+    it, os.path.realpath there: resolved, and under Wine in Windows form (Z:\\tmp\\x)."""
+    python = python or default_server_python()
+    if not is_windows_python(python):
+        return os.path.realpath(str(path))
+    key = (str(python), str(path))
+    if key not in _SERVER_PATHS:
+        _SERVER_PATHS[key] = ask_python(python, "os.path.realpath(sys.argv[1])", str(path))
+    return _SERVER_PATHS[key]
+
+
+def server_file_uri(path, python=None):
+    """The `file:` URI a client on the server's platform gives for `path`:
+    file:///tmp/x, and under Windows file:///Z:/tmp/x."""
+    local = server_path(path, python)
+    if is_windows_python(python or default_server_python()):
+        return "file:///" + quote(local.replace("\\", "/"), safe="/:")
+    return "file://" + quote(local)
+
+
+def default_config_dir(home, python=None):
+    """The configuration directory of a server under `python` that nothing names one
+    to (contract.md §1): ~/.config/memprove, and on Windows %APPDATA%\\memprove
+    (Wine sets APPDATA whatever the caller passes)."""
+    python = python or default_server_python()
+    if not is_windows_python(python):
+        return str(Path(home) / ".config" / "memprove")
+    return ask_python(python, "os.path.join(os.environ['APPDATA'], 'memprove')")
+
+
+def ask_python(python, expression, *args):
+    """The value of `expression` (a str; os, sys imported, sys.argv[1:] = args) under `python`.
+
+    Under Wine, python.exe very rarely exits 1 before it runs anything, saying nothing
+    on either stream (seen once in some thousands of starts in one CI run, with the
+    session held): Wine's, not the interpreter's, so a question is asked once more then."""
+    for _ in range(2):
+        done = subprocess.run(
+            [str(python), "-c", "import os, sys; sys.stdout.buffer.write((%s).encode('utf-8'))"
+             % expression] + list(args),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            timeout=SAFETY_TIMEOUT, cwd="/tmp")
+        if done.returncode == 0 or done.stdout or done.stderr or \
+                not is_windows_python(python):
+            break
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode("utf-8")
+
+
+def stderr_line_ending(python):
+    """How the server's log lines end: CR LF under Windows, whose standard error is
+    a text stream there (the contract fixes `\\n` for standard output only)."""
+    return b"\r\n" if is_windows_python(python) else b"\n"
+
+
+def exit_status(python, code):
+    """The exit status of a server that ended by itself (no test killed it).  Wine 8
+    now and then shows a Windows Python 3.8 that leaves with os._exit while a thread
+    waits on its standard input as killed by SIGKILL (measured: 1 in 100-200 such
+    exits; none in 300 under 3.13; on Windows the status is the one given): a -9
+    there is read as the 0 the server gave."""
+    if code == -9 and is_windows_python(python):
+        return 0
+    return code
+
+
+# Tests that hold only on POSIX, by their nature: skipped with the server under
+# Windows, saying why.  Keys: "file.py::test" (every parameter) or "file.py".
+WINDOWS_POSIX_ONLY = {
+    "test_lifecycle.py::test_signal_exits_promptly_and_quietly":
+        "SIGTERM and SIGINT are POSIX signals (Wine's loader dies of them as a Unix process)",
+    "test_lifecycle.py::test_signal_while_a_long_line_streams_in":
+        "SIGTERM and SIGINT are POSIX signals (Wine's loader dies of them as a Unix process)",
+    "test_protocol.py::test_signal_exits_promptly_and_quietly":
+        "SIGTERM and SIGINT are POSIX signals (Wine's loader dies of them as a Unix process)",
+    "test_protocol.py::test_signal_exits_promptly_with_a_call_in_flight":
+        "SIGTERM and SIGINT are POSIX signals (Wine's loader dies of them as a Unix process)",
+    "test_protocol.py::test_token_file_too_open_warning_on_a_daemon_call":
+        "file modes: token_file_too_open is never raised on Windows (contract.md §5)",
+    "test_protocol.py::test_token_file_too_open_warning_on_context":
+        "file modes: token_file_too_open is never raised on Windows (contract.md §5)",
+    "test_no_input.py::test_rule12_new_context_gets_the_umasks_mode":
+        "file modes and the umask (Windows has ACLs)",
+    "test_no_input.py::test_rule12_rewrite_keeps_the_mode": "file modes (Windows has ACLs)",
+    "test_no_input.py::test_rule11_too_open_token_file_warns_whatever_it_holds":
+        "file modes: token_file_too_open is never raised on Windows (contract.md §5)",
+    "test_no_input.py::test_rule6_links_in_memprove_are_not_followed":
+        "POSIX symbolic links and O_NOFOLLOW (Wine shows a Unix link as the file it names)",
+    "test_stress_files.py::test_linked_context_is_unreadable_and_never_followed":
+        "POSIX symbolic links (Wine shows a Unix link as the file it names)",
+    "test_threats.py::test_rule14_a_linked_context_is_unreadable":
+        "POSIX symbolic links (Wine shows a Unix link as the file it names)",
+    "test_fuzz.py::test_memprove_tree_fuzz":
+        "POSIX symbolic links and owners (Wine shows a Unix link as the file it names)",
+    "test_no_input.py::test_s2_workspace_path_not_utf8":
+        "a path of arbitrary bytes (Windows paths are UTF-16)",
+    "test_fuzz.py::test_workspace_path_fuzz": "paths of arbitrary bytes (Windows paths are UTF-16)",
+    "test_no_input.py::test_rule11_deleted_working_directory":
+        "deleting a process's working directory (Windows refuses to)",
+    "test_no_input.py::test_rule4_flood_of_large_calls_keeps_memory_bounded":
+        "reads the server's memory and blocked read from /proc (under Wine: Wine's loader)",
+}
+
+
+def skip_posix_only_tests(items):
+    for item in items:
+        file_name, _, test = item.nodeid.split("[")[0].rpartition("/")[2].partition("::")
+        for key in (file_name, file_name + "::" + test):
+            if key in WINDOWS_POSIX_ONLY:
+                item.add_marker(pytest.mark.skip(
+                    reason="POSIX only (server under Windows): " + WINDOWS_POSIX_ONLY[key]))
+                break
+
+
+# ---------------------------------------------------------------------------
+# Environment, Workspace, configuration, daemon
+# ---------------------------------------------------------------------------
+
+def clean_env(home, extra=None):
+    """PATH, HOME and LANG only: no MEMPROVE_*, CLAUDE_PROJECT_DIR, XDG_* or proxy
+    variable of the outer environment reaches the server; callers add theirs."""
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LANG": "C.UTF-8"}
+    for key, value in (extra or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
+def make_workspace(path):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ".memprove").mkdir(exist_ok=True)
+    (path / ".git").mkdir(exist_ok=True)
+    return path
+
+
+class Config:
+    """A configuration directory: `data-dir` names `data_dir`; `token` (0600) holds `token`."""
+
+    def __init__(self, directory, data_dir, token):
+        self.dir = directory
+        self.data_dir = data_dir
+        self.token = token
+        self.token_file = directory / "token"
+
+    def env(self):
+        return {"MEMPROVE_CONFIG_DIR": str(self.dir)}
+
+
+# ---------------------------------------------------------------------------
+# Message builders
+# ---------------------------------------------------------------------------
+
+def modern_meta(client=None, version=MODERN_VERSION, capabilities=None):
+    """The 2026-07-28 request `_meta`; `client` adds clientInfo with that name."""
+    meta = {META_VERSION: version,
+            META_CAPABILITIES: {} if capabilities is None else capabilities}
+    if client is not None:
+        meta[META_CLIENT] = {"name": client, "version": "1.0"}
+    return meta
+
+
+def modern_params(params=None, client=None, **meta_options):
+    out = dict(params or {})
+    out["_meta"] = modern_meta(client=client, **meta_options)
+    return out
+
+
+def initialize_params(version="2025-11-25", client="pytest-client"):
+    return {"protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": client, "version": "1.0"}}
+
+
+# ---------------------------------------------------------------------------
+# Checks of the two output streams
+# ---------------------------------------------------------------------------
+
+def tool_value(result):
+    """What a successful tools/call result gives a program, checked against its text.
+
+    Nine tools give `structuredContent`, the same object as their text's JSON (a
+    2025-03-26 or 2024-11-05 session gets the text alone).  `pack` gives the
+    model its text (the opening statement, an empty line, the Pack) and puts
+    its result object in `_meta["memprove/pack"]`; here that object comes back
+    with the text split into `opening` and `pack`.
+    """
+    content = result["content"]
+    assert result.get("isError") is False, content
+    assert len(content) == 1 and content[0]["type"] == "text", content
+    text = content[0]["text"]
+    packed = (result.get("_meta") or {}).get("memprove/pack")
+    if packed is not None:
+        assert "structuredContent" not in result, result
+        opening, blank, pack = text.partition("\n\n")
+        assert blank, text[:200]
+        value = dict(packed, opening=opening, pack=pack)
+    else:
+        value = json.loads(text)
+        if "structuredContent" in result:
+            assert result["structuredContent"] == value, result
+    assert list(value)[:2] == ["task_id", "session_id"], value
+    return value
+
+
+def _reject_constant(name):
+    raise ValueError("%s is not JSON" % name)
+
+
+def strict_json(data):
+    """Parse UTF-8 JSON bytes, refusing NaN and Infinity."""
+    return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+
+
+def is_compact(text):
+    """True when no white space stands outside a JSON string."""
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in " \t\r\n":
+            return False
+    return True
+
+
+def parse_log(line):
+    """The fields of one standard-error line, or AssertionError."""
+    match = LOG_LINE.match(line)
+    assert match, "not a log line: %r" % (line,)
+    fields = match.groupdict()
+    assert len(fields["method"]) <= 64 and len(fields["id"]) <= 64, line
+    assert fields["tool"] in EXPECTED_TOOLS or fields["tool"] in ("?", "-"), line
+    outcome = fields["outcome"]
+    # A daemon may send a code of its own (contract.md §4 lets it); the log shows
+    # it when it is well formed, so any such code is a valid outcome.
+    assert outcome in OTHER_OUTCOMES or outcome in PROBLEM_CODES or outcome in RPC_CODES or \
+        DAEMON_CODE.match(outcome), line
+    return fields
+
+
+def log_text(value):
+    """What the log shows for a client-chosen method or id."""
+    return json.dumps(value)[:64]
+
+
+def same_id(message, request_id):
+    """The response's id equals request_id with the same JSON type (0 is not "0")."""
+    if "id" not in message:
+        return False
+    got = message["id"]
+    return type(got) is type(request_id) and got == request_id
+
+
+def check_stdout_line(raw):
+    assert raw.endswith(b"\n"), "an output line is not newline-terminated: %r" % raw[:200]
+    assert b"\xe2\x80\xa8" not in raw and b"\xe2\x80\xa9" not in raw, "raw U+2028/U+2029 on stdout"
+    body = raw[:-1]
+    text = body.decode("utf-8")
+    assert "\n" not in text and "\r" not in text
+    assert is_compact(text), "output is not compact JSON: %r" % text[:200]
+    message = strict_json(body)
+    assert isinstance(message, dict), text[:200]
+    assert message.get("jsonrpc") == "2.0", text[:200]
+    if "method" in message:
+        # The one request the server ever sends (clients.md): roots/list, exactly.
+        assert set(message) == {"jsonrpc", "id", "method"} and message["method"] == "roots/list" \
+            and isinstance(message["id"], str) and ROOTS_REQUEST_ID.match(message["id"]), \
+            "the server sent a request or notification: %r" % text[:200]
+        return message
+    assert ("result" in message) != ("error" in message), text[:200]
+    if message.get("id") is not None:
+        assert isinstance(message["id"], (str, int)) and not isinstance(message["id"], bool)
+    else:
+        # No id, or `"id": null` for a request that reused an id in flight (§6 rule 8).
+        assert "error" in message, "a result without id: %r" % text[:200]
+    if "error" in message:
+        error = message["error"]
+        assert isinstance(error, dict) and isinstance(error.get("code"), int), text[:200]
+        assert isinstance(error.get("message"), str), text[:200]
+        assert set(error) <= {"code", "message", "data"}, text[:200]
+    return message
+
+
+# ---------------------------------------------------------------------------
+# The server over real pipes
+# ---------------------------------------------------------------------------
+
+_EOF = object()
+_AUTO = object()
+_NONE = object()
+
+
+class Server:
+    """`<python> <pyz> mcp serve ...` with a reader thread on each output stream."""
+
+    def __init__(self, argv, env, cwd, planted, user=None):
+        self.argv = argv
+        self.env = env
+        self.planted = planted
+        # user: a hardening_support.LocalUser the process runs as (the test runs as root).
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, cwd=str(cwd), bufsize=0,
+                                     **(user.popen_kwargs() if user is not None else {}))
+        self.raw_stdout = []            # every stdout line, bytes, as read
+        self.raw_stderr = []            # every stderr line, bytes, as read
+        self.stderr_ending = stderr_line_ending(argv[0])
+        self.messages = []              # every stdout message, parsed, in order
+        self.sent = 0                   # messages sent (non-blank lines)
+        self.closed = False
+        self.checked = False
+        self.returncode = None
+        self._partial_has_text = False  # the unfinished last line holds a non-blank byte
+        self._next_id = 1000
+        self._incoming = queue.Queue()
+        self._stash = []
+        self._stderr_changed = threading.Condition()
+        self._out_thread = threading.Thread(target=self._read_stdout, daemon=True)
+        self._err_thread = threading.Thread(target=self._read_stderr, daemon=True)
+        self._out_thread.start()
+        self._err_thread.start()
+
+    # -- reading -----------------------------------------------------------
+
+    def _read_stdout(self):
+        for line in iter(self.proc.stdout.readline, b""):
+            self.raw_stdout.append(line)
+            try:
+                message = strict_json(line)
+            except Exception:
+                message = {"unparseable": line[:200]}
+            self.messages.append(message)
+            self._incoming.put(message)
+        self._incoming.put(_EOF)
+
+    def _read_stderr(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            with self._stderr_changed:
+                self.raw_stderr.append(line)
+                self._stderr_changed.notify_all()
+        with self._stderr_changed:
+            self._stderr_changed.notify_all()
+
+    def _pull(self, timeout):
+        try:
+            message = self._incoming.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("no message from the server within %ss" % timeout)
+        if message is _EOF:
+            self._incoming.put(_EOF)
+            raise AssertionError("the server closed its standard output (exit %r); stderr: %r"
+                                 % (self.proc.poll(), self.stderr_lines[-5:]))
+        return message
+
+    def next_message(self, timeout=SAFETY_TIMEOUT):
+        """The next stdout message not yet claimed, in arrival order."""
+        if self._stash:
+            return self._stash.pop(0)
+        return self._pull(timeout)
+
+    def response(self, request_id, timeout=SAFETY_TIMEOUT):
+        """The response whose id is request_id (same JSON type); others are kept."""
+        return self._claim(lambda message: same_id(message, request_id) and "method" not in message,
+                           timeout)
+
+    def server_request(self, timeout=SAFETY_TIMEOUT):
+        """The next request the server sent (roots/list); other messages are kept."""
+        return self._claim(lambda message: "method" in message, timeout)
+
+    def _claim(self, wanted, timeout):
+        for index, message in enumerate(self._stash):
+            if wanted(message):
+                return self._stash.pop(index)
+        while True:
+            message = self._pull(timeout)
+            if wanted(message):
+                return message
+            self._stash.append(message)
+
+    def server_requests(self):
+        """Every request the server sent, from all of standard output (read after close)."""
+        return [message for message in self.messages if "method" in message]
+
+    def unclaimed(self):
+        """Messages that arrived while waiting for others and were not claimed."""
+        return list(self._stash)
+
+    @property
+    def stdout_lines(self):
+        return [line.decode("utf-8", "replace").rstrip("\n") for line in self.raw_stdout]
+
+    @property
+    def stderr_lines(self):
+        with self._stderr_changed:
+            return [line.decode("utf-8", "replace")[:-len(self.stderr_ending)]
+                    if line.endswith(self.stderr_ending) else line.decode("utf-8", "replace")
+                    for line in self.raw_stderr]
+
+    def log_records(self):
+        return [parse_log(line) for line in self.stderr_lines]
+
+    def wait_stderr_lines(self, count, timeout=SAFETY_TIMEOUT):
+        """Block until `count` stderr lines have been read (or the stream ended)."""
+        with self._stderr_changed:
+            ok = self._stderr_changed.wait_for(
+                lambda: len(self.raw_stderr) >= count or not self._err_thread.is_alive(),
+                timeout=timeout)
+        assert ok and len(self.raw_stderr) >= count, (
+            "expected %d stderr lines, have %r" % (count, self.stderr_lines))
+        return self.stderr_lines
+
+    # -- writing -----------------------------------------------------------
+
+    def send_raw(self, data):
+        """Write bytes as they are; non-blank complete lines count as messages."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        # Only the new bytes are scanned: a line sent in many pieces (the 128 MiB
+        # ones) would otherwise be copied and split again on every piece.
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if self._partial_has_text or line.strip():
+                self.sent += 1
+            self._partial_has_text = False
+        self._partial_has_text = self._partial_has_text or bool(rest.strip())
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, message):
+        data = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+        self.send_raw(data)
+
+    def new_id(self):
+        self._next_id += 1
+        return self._next_id
+
+    def request_message(self, method, params=_NONE, id=_AUTO):
+        message = {"jsonrpc": "2.0", "id": self.new_id() if id is _AUTO else id, "method": method}
+        if params is not _NONE:
+            message["params"] = params
+        return message
+
+    def request(self, method, params=_NONE, id=_AUTO):
+        """Send a request and return its response (matched by id)."""
+        message = self.request_message(method, params, id)
+        self.send(message)
+        return self.response(message["id"])
+
+    def answer(self, request, result=_NONE, error=_NONE):
+        """Respond, as the client, to a request the server sent."""
+        message = {"jsonrpc": "2.0", "id": request["id"]}
+        if result is not _NONE:
+            message["result"] = result
+        if error is not _NONE:
+            message["error"] = error
+        self.send(message)
+
+    def notify(self, method, params=_NONE):
+        message = {"jsonrpc": "2.0", "method": method}
+        if params is not _NONE:
+            message["params"] = params
+        self.send(message)
+
+    def modern(self, method, params=None, client=None, id=_AUTO, **meta_options):
+        """A 2026-07-28 request with the `_meta` envelope; returns its response."""
+        return self.request(method, modern_params(params, client=client, **meta_options), id=id)
+
+    def initialize(self, version="2025-11-25", client="pytest-client", id=_AUTO):
+        """The legacy handshake; returns the initialize result."""
+        answer = self.request("initialize", initialize_params(version, client), id=id)
+        assert "result" in answer, answer
+        self.notify("notifications/initialized")
+        return answer["result"]
+
+    def call_params(self, name, arguments=_NONE, era="legacy", client=None, extra=None):
+        params = {"name": name}
+        if arguments is not _NONE:
+            params["arguments"] = arguments
+        params.update(extra or {})
+        if era == "modern":
+            params = modern_params(params, client=client)
+        return params
+
+    def call(self, name, arguments=_NONE, era="legacy", client=None, id=_AUTO, extra=None):
+        """tools/call in the given era; returns the whole response."""
+        return self.request("tools/call", self.call_params(name, arguments, era, client, extra), id=id)
+
+    # -- ending ------------------------------------------------------------
+
+    def shut_input(self):
+        """Close the server's standard input (end of input)."""
+        if self._partial_has_text:
+            self.sent += 1
+        self._partial_has_text = False
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def wait(self, timeout=SAFETY_TIMEOUT):
+        try:
+            self.returncode = exit_status(self.argv[0], self.proc.wait(timeout=timeout))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("the server did not exit within %ss" % timeout)
+        self._out_thread.join(SAFETY_TIMEOUT)
+        self._err_thread.join(SAFETY_TIMEOUT)
+        self.closed = True
+        return self.returncode
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._out_thread.join(SAFETY_TIMEOUT)
+        self._err_thread.join(SAFETY_TIMEOUT)
+        self.closed = True
+
+    def close(self, check=True, count=True):
+        """End of input; wait for exit; check both streams; return the exit code."""
+        self.shut_input()
+        code = self.wait()
+        if check:
+            self.check(count=count)
+        return code
+
+    def check(self, count=True):
+        """Standard output: only responses. Standard error: one log line per
+        message. Neither: a planted string."""
+        self.checked = True
+        for raw in self.raw_stdout:
+            check_stdout_line(raw)
+        lines = self.stderr_lines
+        for raw in self.raw_stderr:
+            assert raw.endswith(self.stderr_ending), raw
+        for line in lines:
+            parse_log(line)
+        if count:
+            assert len(lines) == self.sent, (
+                "%d messages sent, %d stderr lines: %r" % (self.sent, len(lines), lines))
+        out = b"".join(self.raw_stdout)
+        err = b"".join(self.raw_stderr)
+        for secret in self.planted:
+            for form in {secret.encode("utf-8"), json.dumps(secret)[1:-1].encode("utf-8")}:
+                assert form not in out, "a planted value is on standard output"
+                assert form not in err, "a planted value is on standard error"
+
+
+def run_cli(python, pyz, args, env, cwd, stdin=b"", user=None, timeout=SAFETY_TIMEOUT):
+    """Run `<python> <pyz> args...` to completion; returns CompletedProcess (bytes).
+    user: a hardening_support.LocalUser to run it as; timeout: past it, TimeoutExpired."""
+    return subprocess.run([python, str(pyz)] + [str(a) for a in args], input=stdin,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(cwd),
+                          timeout=timeout, **(user.popen_kwargs() if user is not None else {}))
+
+
+def snapshot(*roots):
+    """Every path under the roots with its type, size, mode and mtime."""
+    seen = {}
+    for root in roots:
+        root = Path(root)
+        if not root.exists():
+            seen[str(root)] = None
+            continue
+        for path in [root] + sorted(root.rglob("*")):
+            info = path.lstat()
+            seen[str(path)] = (stat.S_IFMT(info.st_mode), info.st_size, info.st_mode,
+                               info.st_mtime_ns)
+    return seen
+
+
+# ---------------------------------------------------------------------------
+# A small validator for the JSON Schema subset the tools use
+# ---------------------------------------------------------------------------
+
+SCHEMA_KEYWORDS = frozenset([
+    "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+    "minimum", "maximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+    "description", "title", "default"])
+
+
+def schema_errors(schema, value, where="$"):
+    """The places where value breaks schema (the keywords of SCHEMA_KEYWORDS)."""
+    errors = []
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if not any(_is_type(value, kind) for kind in kinds):
+            return ["%s: %r is not %s" % (where, type(value).__name__, kinds)]
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append("%s: not in enum" % where)
+    if "const" in schema and value != schema["const"]:
+        errors.append("%s: not the const" % where)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append("%s: below minimum" % where)
+        if "maximum" in schema and value > schema["maximum"]:
+            errors.append("%s: above maximum" % where)
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", len(value)):
+            errors.append("%s: length" % where)
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errors.append("%s: pattern" % where)
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
+            errors.append("%s: item count" % where)
+        if isinstance(schema.get("items"), dict):
+            for index, item in enumerate(value):
+                errors += schema_errors(schema["items"], item, "%s[%d]" % (where, index))
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append("%s: %s missing" % (where, key))
+        for key, item in value.items():
+            if key in properties:
+                errors += schema_errors(properties[key], item, "%s.%s" % (where, key))
+            elif schema.get("additionalProperties") is False:
+                errors.append("%s: %s not allowed" % (where, key))
+            elif isinstance(schema.get("additionalProperties"), dict):
+                errors += schema_errors(schema["additionalProperties"], item, "%s.%s" % (where, key))
+    return errors
+
+
+def _is_type(value, kind):
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "array":
+        return isinstance(value, list)
+    if kind == "object":
+        return isinstance(value, dict)
+    raise AssertionError("unknown type %r" % kind)
+
+
+def schema_keyword_problems(schema, where="$"):
+    """Keywords outside the subset that means the same in draft-07 and 2020-12."""
+    problems = []
+    if not isinstance(schema, dict):
+        return ["%s: a schema that is not an object" % where]
+    for key, value in schema.items():
+        if key not in SCHEMA_KEYWORDS:
+            problems.append("%s: keyword %s" % (where, key))
+    for key, sub in (schema.get("properties") or {}).items():
+        problems += schema_keyword_problems(sub, "%s.%s" % (where, key))
+    if "items" in schema:
+        problems += schema_keyword_problems(schema["items"], where + "[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        problems += schema_keyword_problems(schema["additionalProperties"], where + "{}")
+    return problems

@@ -1242,6 +1242,15 @@ class TreeWorld:
             os.chown(str(others), THIRD_UID, THIRD_UID)
             project = shared / "project"
             project.mkdir()
+        elif layout == "shared-parent-link":
+            # §6 rule 22: another user's link to a folder that is not theirs (the sibling's).
+            shared = base / "shared"
+            shared.mkdir(parents=True)
+            others = shared / ".memprove"
+            others.symlink_to(self.sibling / ".memprove")
+            os.chown(str(others), THIRD_UID, THIRD_UID, follow_symlinks=False)
+            project = shared / "project"
+            project.mkdir()
         else:
             project = base / "project"
             (project / ".git").mkdir(parents=True)
@@ -1298,7 +1307,8 @@ def test_memprove_tree_fuzz(tree_world, daemon):
     absent; whose context.json is the project's, names no root (no workspace key, none in
     it, a number), is the sibling's (foreign), links to the sibling's, dangles or is
     garbage; whose context.lock is a file, a link or a directory; and (as root) a shared
-    parent holding another user's `.memprove/`.  Each tool meets each: links and a wrong
+    parent holding another user's `.memprove/`, or another user's link `.memprove` to a
+    folder that is not theirs (rule 22).  Each tool meets each: links and a wrong
     type are `context_unreadable` (hint naming the file) for every tool, `begin` included,
     before any daemon request; garbage is moved aside by `begin` and refused by the
     others; a foreign context (one naming no root too) is `context_foreign` for the
@@ -1311,7 +1321,7 @@ def test_memprove_tree_fuzz(tree_world, daemon):
         import warnings
         warnings.warn("the shared-parent layout needs root (another user's .memprove/); "
                       "only 'repo' trees are fuzzed")
-    layouts = ["repo"] + (["shared-parent"] if os.geteuid() == 0 else [])
+    layouts = ["repo"] + (["shared-parent", "shared-parent-link"] if os.geteuid() == 0 else [])
     tally = Counter()
 
     @settings(max_examples=FUZZ_EXAMPLES, **NO_SHRINK)
@@ -1353,7 +1363,7 @@ def test_memprove_tree_fuzz(tree_world, daemon):
             moved = value.get("moved_aside", "")
             assert moved.startswith("context.json.corrupt-") if garbage else \
                 moved.startswith("context.json.foreign-") if foreign else moved == "", (case, value)
-            if memprove == "absent" or layout == "shared-parent":
+            if memprove == "absent" or layout != "repo":
                 assert (project / ".memprove" / ".gitignore").read_bytes() == b"*\n", case
         elif garbage or foreign:
             assert code == ("context_unreadable" if garbage else "context_foreign"), (case, value)
@@ -1363,7 +1373,7 @@ def test_memprove_tree_fuzz(tree_world, daemon):
             named = entry["path"] + json.dumps(entry.get("body"), default=str)
             assert not any(secret in named for secret in world.secrets), (case, entry["op"])
         assert snapshot(world.sibling) == sibling_files, case
-        if others is not None:
+        if others is not None and not others.is_symlink():
             assert os.listdir(str(others)) == [], case
         tally["cases"] += 1
 

@@ -16,11 +16,13 @@ received carried the token in the Authorization header only.
 
 import json
 import os
+import re
 
 import pytest
 
 from hardening_support import (FakeDaemon, Spy, TokenWatch, non_loopback_address, outcome_of,
                                report)
+from harness import REPO
 
 
 PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
@@ -297,3 +299,33 @@ def test_rotation_and_revocation_take_effect_on_the_next_call(hserve, config, da
     assert server.close() == 0
     watch.check()
     assert set(watch.authorized) == {config.token, new}
+
+
+# §6 rule 19: a data directory in a folder every user can write is one another user can make
+# first, with a daemon.json of theirs in it.  The README's quick start once named
+# /tmp/memprove-data; every data directory or token file an example names is a private one.
+SHARED_FOLDERS = ("/tmp/", "/var/tmp/", "/dev/shm/", "$TMPDIR", "${TMPDIR")
+NAMED_PATH = re.compile(r"(?:--data-dir[= ]+|MEMPROVE_DATA_DIR=|MEMPROVE_TOKEN_FILE=)['\"]?(\S+)")
+
+
+def example_lines(text):
+    """The lines of a Markdown text's fenced code blocks."""
+    inside, lines = False, []
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif inside:
+            lines.append(line)
+    return lines
+
+
+def test_rule19_the_examples_use_private_directories():
+    """The README's, CONTRIBUTING.md's and docs/'s examples, and ledgerd's run-by-hand lines."""
+    documents = [REPO / "README.md", REPO / "CONTRIBUTING.md"] + sorted((REPO / "docs").glob("*.md"))
+    lines = [line for path in documents for line in example_lines(path.read_text("utf-8"))]
+    lines += (REPO / "tests" / "ledgerd.py").read_text("utf-8").splitlines()
+    named = [(match.group(1), line) for line in lines for match in NAMED_PATH.finditer(line)]
+    assert named, "no example names a data directory any more: update this test"
+    shared = [line for path, line in named if path.startswith(SHARED_FOLDERS)]
+    assert shared == [], "an example puts a data directory or token file in a folder every " \
+        "user can write:\n" + "\n".join(shared)

@@ -72,6 +72,11 @@ UNTRUSTED = {
     "another user's file in a private folder": ("victim", 0o700, "other", 0o644,
                                                 FILE_OWNER % 54322),
     "a file others can write": ("victim", 0o700, "victim", 0o666, FILE_MODE % "0666"),
+    "a folder the group can write": ("victim", 0o770, "victim", 0o644, DIRECTORY_MODE % "0770"),
+    "a file the group can write": ("victim", 0o700, "victim", 0o664, FILE_MODE % "0664"),
+    "root's folder others can write": ("root", 0o777, "root", 0o644, DIRECTORY_MODE % "0777"),
+    "a third user's file in another's folder": ("other", 0o755, "third", 0o644,
+                                                DIRECTORY_OWNER % 54322),
 }
 
 
@@ -85,7 +90,7 @@ def test_rule19_a_daemon_json_someone_else_could_write_gets_no_token(local_users
     warns, and the listener never gets a connection."""
     users = local_users
     victim, other = users.victim, users.other
-    who = {"victim": victim, "other": other, "root": None}
+    who = {"victim": victim, "other": other, "third": users.third, "root": None}
     folder_owner, folder_mode, file_owner, file_mode, hint = UNTRUSTED[case]
     _, token, env = victims_token(users, planted)
     project = victims_project(users)
@@ -463,6 +468,16 @@ def test_rule23_a_repositorys_mcp_json_cannot_write_a_doctor_line(pyz, newest_py
     done = run_cli(newest_python, pyz, ["mcp", "doctor"], env, project)
     text = done.stdout.decode("utf-8")
     as_json = run_cli(newest_python, pyz, ["mcp", "doctor", "--json"], env, project)
+    # The start directory from the environment, and from --workspace, named with a line break.
+    elsewhere = tmp_path / "elsewhere\nok    workspace  forged"
+    elsewhere.mkdir()
+    for extra, args in (({"CLAUDE_PROJECT_DIR": str(elsewhere)}, []),
+                        ({}, ["--workspace", str(elsewhere / "missing\r")])):
+        again = run_cli(newest_python, pyz, ["mcp", "doctor"] + args, dict(env, **extra), project)
+        shown = again.stdout.decode("utf-8")
+        assert raw_controls(shown) == [] and all(
+            STATUS_LINE.match(line) or line.startswith("      fix: ")
+            for line in shown.splitlines()), shown
     checks = json.loads(as_json.stdout.decode("utf-8"))["checks"]
     lines = text.splitlines()
     assert raw_controls(text) == [], text

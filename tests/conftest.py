@@ -20,10 +20,11 @@ import sys
 
 import pytest
 
-from harness import (SAFETY_TIMEOUT, SERVER_PYTHONS, TEST_PROFILE, TEST_PROFILES, WINDOWS_VERSIONS,
-                     Config, Server, build_pyz, built_once, clean_env, default_server_python,
-                     make_workspace, require_python, require_windows_python, server_is_windows,
-                     skip_posix_only_tests)
+from harness import (SAFETY_TIMEOUT, SERVER_PYTHONS, TEST_PROFILE, TEST_PROFILES,
+                     WINDOWS_VERSIONS, Config, Server, build_pyz, built_once, clean_env,
+                     default_server_python, make_workspace, require_python,
+                     require_windows_python, server_is_windows, skip_posix_only_tests,
+                     started_daemon)
 
 # The hardening suite's fixtures, for every test file without an import of its own.
 pytest_plugins = ["hardening_support"]
@@ -166,13 +167,9 @@ def config(tmp_path, planted):
 
 @pytest.fixture
 def daemon(config):
-    import ledgerd
-    started = ledgerd.Daemon(str(config.data_dir)).start()
-    try:
-        started.add_token(config.token, scopes=("mcp-read", "mcp-write"), roles="*")
-        yield started
-    finally:
-        started.stop()
+    started = started_daemon(config)
+    yield started
+    started.stop()
 
 
 # ---------------------------------------------------------------------------

@@ -537,6 +537,15 @@ def make_workspace(path):
     return path
 
 
+def started_daemon(config, inside=lambda make: make()):
+    """tests/ledgerd.py started (by `inside`, e.g. in a network namespace) on the
+    configuration's data directory, its token accepted with both scopes."""
+    import ledgerd
+    started = inside(lambda: ledgerd.Daemon(str(config.data_dir)).start())
+    started.add_token(config.token, scopes=("mcp-read", "mcp-write"), roles="*")
+    return started
+
+
 class Config:
     """A configuration directory: `data-dir` names `data_dir`; `token` (0600) holds `token`."""
 

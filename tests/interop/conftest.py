@@ -454,13 +454,10 @@ def netns(request):
 @pytest.fixture
 def ns_daemon(netns, config):
     """The reference daemon, listening on 127.0.0.1 inside the namespace."""
-    import ledgerd
-    started = netns.inside(lambda: ledgerd.Daemon(str(config.data_dir)).start())
-    try:
-        started.add_token(config.token, scopes=("mcp-read", "mcp-write"), roles="*")
-        yield started
-    finally:
-        started.stop()
+    from harness import started_daemon
+    started = started_daemon(config, netns.inside)
+    yield started
+    started.stop()
 
 
 @pytest.fixture

@@ -202,6 +202,14 @@ def tool_calls(checked):
             if s["message"]["method"] == "tools/call"]
 
 
+def the_turn_was_served(checked):
+    """The turn's four calls reached a server of the kit, and one server only."""
+    assert sorted(tool_calls(checked)) == ["begin", "context", "pack", "tasks"], transcripts(
+        [conn for conn, _ in checked])
+    assert len(checked) == 1, "more than one memprove server: %s" % transcripts(
+        [conn for conn, _ in checked])
+
+
 def turn_script(marker, names):
     """The model's turn: `context`, `tasks`, `begin` a Task, `pack` it, then done;
     names maps each tool to its name as the client offers it."""
@@ -351,9 +359,8 @@ def test_claude_code_installs_the_kit(claude, pyz, next_pyz, kit_python, daemon,
     # Claude Code gives a plugin's server the session's folder as CLAUDE_PROJECT_DIR.
     check_model_got(endpoint, names, str(claude.project_dir.resolve()), str(claude.config_dir),
                     "CLAUDE_PROJECT_DIR", "claude-code", tmp_path / "endpoint.jsonl")
-    checked = served_by(kit_python.wire, kit_pyz, server_version, pyz, [config.token])
-    assert sorted(tool_calls(checked)) == ["begin", "context", "pack", "tasks"], transcripts(
-        [conn for conn, _ in checked])
+    the_turn_was_served(served_by(kit_python.wire, kit_pyz, server_version, pyz,
+                                  [config.token]))
 
     # Written again from other bytes: the update commands, then the new .pyz runs.
     installed = kit_version(kit)
@@ -473,11 +480,7 @@ def test_codex_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_py
     assert code == 0, describe(code, out, err, endpoint)
     check_model_got(endpoint, CODEX_NAMES, str(agent.project.resolve()), str(agent.config_dir),
                     "working directory", EXPECTED_AGENT["codex"], tmp_path / "endpoint.jsonl")
-    checked = served_by(kit_python.wire, None, server_version, pyz, [config.token])
-    assert sorted(tool_calls(checked)) == ["begin", "context", "pack", "tasks"], transcripts(
-        [conn for conn, _ in checked])
-    assert len(checked) == 1, "more than one memprove server: %s" % transcripts(
-        [conn for conn, _ in checked])
+    the_turn_was_served(served_by(kit_python.wire, None, server_version, pyz, [config.token]))
 
     blocks = printed_blocks(kit_python.write_kit(next_pyz, kit, agent.config_dir, agent.home))
     install_again, update = commands_for(blocks, "codex")
@@ -544,9 +547,8 @@ def test_gemini_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_p
     # `gemini -p` declares roots naming the launch folder, the project.
     check_model_got(endpoint, GEMINI_NAMES, str(agent.project.resolve()), str(agent.config_dir),
                     "roots", EXPECTED_AGENT["gemini"], tmp_path / "endpoint.jsonl")
-    checked = served_by(kit_python.wire, gemini_pyz, server_version, pyz, [config.token])
-    assert sorted(tool_calls(checked)) == ["begin", "context", "pack", "tasks"], transcripts(
-        [conn for conn, _ in checked])
+    the_turn_was_served(served_by(kit_python.wire, gemini_pyz, server_version, pyz,
+                                  [config.token]))
 
     blocks = printed_blocks(kit_python.write_kit(next_pyz, kit, agent.config_dir, agent.home))
     install_again, update = commands_for(blocks, "gemini")

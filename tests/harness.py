@@ -411,11 +411,14 @@ def server_path(path, python=None):
     return _SERVER_PATHS[key]
 
 
-def server_file_uri(path, python=None):
+def server_file_uri(path, python=None, resolved=True):
     """The `file:` URI a client on the server's platform gives for `path`:
-    file:///tmp/x, and under Windows file:///Z:/tmp/x."""
-    local = server_path(path, python)
+    file:///tmp/x, and under Windows file:///Z:/tmp/x.  `resolved=False`
+    keeps the links in `path` as written (Wine's Z: drive is /)."""
+    local = server_path(path, python) if resolved else os.path.abspath(str(path))
     if is_windows_python(python or default_server_python()):
+        if not resolved:
+            local = "Z:" + local
         return "file:///" + quote(local.replace("\\", "/"), safe="/:")
     return "file://" + quote(local)
 

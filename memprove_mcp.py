@@ -1095,6 +1095,7 @@ KIT_INSTALL = (
     ("Gemini CLI", ("gemini extensions install {extension} --consent",)),
     ("Claude Desktop", ("{open} {bundle}",)),
 )
+KIT_ENABLE = {"gemini": "gemini extensions enable memprove --scope workspace"}
 KIT_UPDATE = {"claude-code": ("claude plugin update memprove@memprove",),
               "codex": ("codex plugin add memprove@memprove",),
               "gemini": ("gemini extensions update memprove",)}
@@ -4867,6 +4868,7 @@ SHELLS = {
         "private": "chmod 600 {path}",
         "move": "mv {path} {target}",
         "write": "echo {value} > {path}",
+        "in": "cd {path} && {name}",
         "examples": {"token": "/path/to/your/memprove/token",
                      "data_dir": "/path/to/the/daemons/data-dir",
                      "project": "/path/to/your/project"},
@@ -4880,6 +4882,7 @@ SHELLS = {
         "private": None,                               # no POSIX modes: nothing to fix
         "move": "Move-Item -LiteralPath {path} -Destination {target}",
         "write": "Set-Content -LiteralPath {path} -Value {value} -Encoding utf8",
+        "in": "Set-Location -LiteralPath {path}; {name}",
         "examples": {"token": "C:\\path\\to\\your\\memprove\\token",
                      "data_dir": "C:\\path\\to\\the\\daemons\\data-dir",
                      "project": "C:\\path\\to\\your\\project"},
@@ -5167,7 +5170,7 @@ def check_client(found):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, shown_path(program)), print_config_line(found))
     if "kit" in entry:
-        stale = stale_kit(found, name, place, entry, program)
+        stale = disabled_kit(found, place, entry) or stale_kit(found, name, place, entry, program)
         if stale:
             return stale
     elif os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
@@ -5181,6 +5184,18 @@ def check_client(found):
     copy = ", the kit's copy of it, version %s" % shown_path(entry["kit"]["version"]) \
         if "kit" in entry else ""
     return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
+
+
+def disabled_kit(found, place, entry):
+    """The warning for a kit the client installed but disabled for the
+    Workspace, or None; only Gemini's finder says so (Claude Code's and
+    Codex's disabled kits are no entry at all)."""
+    if not entry["kit"]["disabled"]:
+        return None
+    rules, here = entry["kit"]["disabled"]
+    return ("warn", None, "the memprove entry in %s is disabled for %s by %s" % (
+        place, shown_path(here), shown_path(rules)),
+        fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))
 
 
 def stale_kit(found, name, place, entry, program):
@@ -5290,16 +5305,82 @@ def codex_kit_entry(found):
 
 def gemini_kit_entry(found):
     """Gemini CLI: its extension folder, a copy of the kit's (or, linked, the
-    kit's own: .gemini-extension-install.json says which)."""
-    extension = os.path.join(home_directory(found["environ"], found["platform"]), ".gemini",
-                             "extensions", KIT_NAME)
+    kit's own: .gemini-extension-install.json says which).  The extension
+    may be disabled for the Workspace by extension-enablement.json."""
+    extensions = os.path.join(home_directory(found["environ"], found["platform"]), ".gemini",
+                              "extensions")
+    extension = os.path.join(extensions, KIT_NAME)
     install = small_json(os.path.join(extension, ".gemini-extension-install.json"))
     source = install.get("source") if isinstance(install, dict) else None
     source = source if isinstance(source, str) else None
     root = source if source and install.get("type") == "link" else extension
     path = os.path.join(extension, "gemini-extension.json")
+    rules = os.path.join(extensions, "extension-enablement.json")
+    here = found.get("root") or os.getcwd()
     return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
-            "folder": source and os.path.dirname(source), "manifest": path}
+            "folder": source and os.path.dirname(source), "manifest": path,
+            "disabled": None if gemini_enabled(small_json(rules), here) else (rules, here)}
+
+
+def gemini_enabled(rules, directory):
+    """Whether Gemini CLI runs the kit's extension in `directory`, by its
+    extension-enablement.json ({name: {"overrides": [rule, ...]}}, any other
+    shape ignored, as Gemini does): the last rule that matches decides, a
+    rule starting `!` disables, and with none the extension is enabled."""
+    entry = rules.get(KIT_NAME) if isinstance(rules, dict) else None
+    overrides = entry.get("overrides") if isinstance(entry, dict) else None
+    if not isinstance(overrides, list) or not all(isinstance(rule, str) for rule in overrides):
+        return True
+    # Gemini compares folders written with / and a / at each end.
+    here = directory.replace("\\", "/")
+    here = ("" if here.startswith("/") else "/") + here + ("" if here.endswith("/") else "/")
+    enabled = True
+    for rule in overrides:
+        disables = rule[:1] == "!"
+        if folder_glob_matches(rule[1:] if disables else rule, here):
+            enabled = not disables
+    return enabled
+
+
+def folder_glob_matches(glob, path):
+    """Whether Gemini's folder glob matches `path` whole: `/*` matches nothing
+    or a / and anything after it (a folder and those below it), any other
+    `*` anything.  Run as a set of positions in the glob, kept as the bits of
+    an integer and moved one character of `path` at a time, so no rule costs
+    more than its length times the path's (a regular expression of many
+    stars would backtrack)."""
+    tokens = []                          # characters, "*" and "/*"
+    for character in glob:
+        if character != "*":
+            tokens.append(character)
+            continue
+        star = "*"
+        if tokens[-1:] == ["/"]:
+            star = tokens.pop() + "*"
+        if tokens[-1:] in (["*"], ["/*"]):   # two stars in a row match what one of them would
+            star = "/*" if tokens.pop() == star == "/*" else "*"
+        tokens.append(star)
+    literal, star, slash_star = {}, 0, 0
+    for index, token in enumerate(tokens):
+        bit = 1 << index
+        if token == "*":
+            star |= bit
+        elif token == "/*":
+            slash_star |= bit
+        else:
+            literal[token] = literal.get(token, 0) | bit
+    # Bit i of `at`: before token i; of `inside`: within the "/*" at i, past its /.
+    # No two star tokens are neighbours, so one step of skipping is the whole closure.
+    at, inside = 1, 0
+    at |= (at & (star | slash_star)) << 1
+    for character in path:
+        if character == "/":
+            inside |= at & slash_star
+        at = ((at & literal.get(character, 0)) << 1) | (at & star)
+        at |= ((at & (star | slash_star)) | inside) << 1
+        if not at and not inside:
+            return False
+    return bool(at >> len(tokens) & 1)
 
 
 KIT_FINDERS = {"claude-code": claude_kit_entry, "codex": codex_kit_entry,
@@ -5317,7 +5398,8 @@ def find_kit_entry(name, found):
     manifest = small_json(kit["manifest"])
     version = manifest.get("version") if isinstance(manifest, dict) else None
     entry["kit"] = {"folder": kit["folder"] if isinstance(kit["folder"], str) else None,
-                    "version": version if isinstance(version, str) else "unknown"}
+                    "version": version if isinstance(version, str) else "unknown",
+                    "disabled": kit.get("disabled")}
     return "%s (from a plugin kit)" % shown_path(kit["path"]), entry
 
 

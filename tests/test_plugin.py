@@ -6,6 +6,7 @@ interop tier (tests/interop/test_plugin_kit.py); here the kit is read as files.
 """
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -346,11 +347,20 @@ def codex_installed(home, kit, enabled=True):
 
 
 def gemini_installed(home, kit, enabled=True):
+    """As `gemini extensions install`; not enabled: as `gemini extensions disable memprove`
+    then writes it, a rule for the home folder and those below it."""
     import shutil
     extension = home / ".gemini" / "extensions" / "memprove"
     shutil.copytree(str(kit / "memprove"), str(extension))
     (extension / ".gemini-extension-install.json").write_text(json.dumps(
         {"source": str(kit / "memprove"), "type": "local"}))
+    if not enabled:
+        gemini_rules(home, ["!%s/*" % home])
+
+
+def gemini_rules(home, overrides):
+    (home / ".gemini" / "extensions" / "extension-enablement.json").write_text(json.dumps(
+        {"memprove": {"overrides": overrides}}, indent=2))
 
 
 INSTALLED = {"claude-code": claude_installed, "codex": codex_installed,
@@ -394,7 +404,6 @@ def test_doctor_warns_of_a_kit_from_other_bytes_with_the_update_commands(
     assert "%s mcp plugin %s, then: %s" % (pyz, kit, update) in check["fix"], check
 
 
-# (Gemini's enablement is a list of folder globs: an installed extension is taken as enabled.)
 @pytest.mark.parametrize("client", ["claude-code", "codex"])
 def test_doctor_passes_over_a_kit_the_client_disabled(pyz, newest_python, make_env, home,
                                                       tmp_path, kit_config, client):
@@ -404,3 +413,71 @@ def test_doctor_passes_over_a_kit_the_client_disabled(pyz, newest_python, make_e
     INSTALLED[client](home, kit, enabled=False)
     check = doctor_client(newest_python, pyz, client, make_env(), tmp_path, kit_config)
     assert check["status"] == "warn" and "or a plugin kit" in check["detail"], check
+
+
+# Gemini's extension-enablement.json: per extension, folder rules, the last one that matches
+# the folder Gemini runs in deciding; `/*` takes the folders below, `!` disables.
+@pytest.mark.parametrize("overrides, enabled", [
+    (["!{project}/*"], False),                        # `disable --scope workspace` there
+    (["!{home}/*"], False),                           # `disable`, the project in the home folder
+    (["!{project}/*", "{project}/*"], True),          # then `enable --scope workspace`
+    (["!{project}/"], False),                         # the folder alone, written by hand
+    (["!{project}/sub/*"], True),                     # a folder below the project only
+    (["!{project}x/*"], True),                        # a folder whose name only begins the same
+    (["!/*"], False),                                 # every folder
+    (["!{project}/*", "*"], True),
+    (["{project}/*", 7], True),                       # not Gemini's shape: no rule at all
+])
+def test_doctor_reads_geminis_enablement_rules_for_the_workspace(
+        pyz, newest_python, make_env, home, kit_config, overrides, enabled):
+    project = home / "project"
+    project.mkdir()
+    kit = home / "kit"
+    assert write_kit(newest_python, pyz, kit, make_env(), project,
+                     "--config-dir", kit_config).returncode == 0
+    gemini_installed(home, kit)
+    gemini_rules(home, [rule.format(home=home, project=project) if isinstance(rule, str) else rule
+                        for rule in overrides])
+    check = doctor_client(newest_python, pyz, "gemini", make_env(), project, kit_config)
+    if enabled:
+        assert check["status"] == "ok", check
+        return
+    assert check["status"] == "warn", check
+    assert "is disabled for %s by %s" % (
+        server_path(project), home / ".gemini" / "extensions" / "extension-enablement.json") \
+        in check["detail"], check
+    assert check["fix"] == "cd %s && gemini extensions enable memprove --scope workspace" \
+        % server_path(project), check
+
+
+def gemini_glob_as_a_regular_expression(glob):
+    """Gemini's reading of a folder glob, as its enablement code writes it: every `*`, with
+    the / before it if there is one, an optional group of that / and anything."""
+    pattern = re.sub(r"(/?)\\\*", lambda star: "(?:%s.*)?" % star.group(1),
+                     "".join("\\*" if character == "*" else re.escape(character)
+                             if character != "/" else "/" for character in glob))
+    return re.compile(pattern + r"\Z")
+
+
+def every_text(alphabet, longest):
+    return ["".join(letters) for size in range(longest + 1)
+            for letters in itertools.product(alphabet, repeat=size)]
+
+
+def test_the_folder_glob_reads_as_geminis_regular_expression():
+    """The server matches Gemini's globs a character at a time, with no regular expression
+    (one of many stars would backtrack): it agrees with Gemini's on every glob of up to five
+    of `/`, `a`, `*` and `.` and every path of up to five of `/`, `a` and `.`."""
+    paths = every_text("/a.", 5)
+    for glob in every_text("/a*.", 5):
+        expected = gemini_glob_as_a_regular_expression(glob)
+        for path in paths:
+            assert mp.folder_glob_matches(glob, path) == (expected.match(path) is not None), \
+                (glob, path)
+
+
+def test_a_glob_of_many_stars_costs_its_length_times_the_paths():
+    """`*a` 2,000 times against a 4,000-character path: answered, with no backtracking (a
+    regular expression of it takes longer than any test would wait)."""
+    assert mp.folder_glob_matches("*a" * 2000 + "b", "/" + "a" * 4000 + "/") is False
+    assert mp.folder_glob_matches("*a" * 2000 + "/*", "/" + "a" * 4000 + "/") is True

@@ -516,6 +516,15 @@ def gemini_listed(agent):
     return [match.groups() for match in GEMINI_LISTED.finditer(out + err)], out + err
 
 
+def gemini_enabled_here(agent):
+    """What `gemini extensions list`, run in the project, says of the kit's extension there."""
+    code, out, err = agent.run("gemini", "extensions", "list")
+    assert code == 0, describe(code, out, err)
+    said = re.findall(r"Enabled \(Workspace\): (true|false)", out + err)
+    assert len(said) == 1, out + err
+    return said[0] == "true"
+
+
 def test_gemini_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_pyz,
                                  kit_python, config, server_version, tmp_path):
     script = turn_script("MEMPROVE-KIT-GEMINI", GEMINI_NAMES)
@@ -538,6 +547,20 @@ def test_gemini_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_p
                                        "--config-dir", str(agent.config_dir)]),
          "stdio", "Connected")], out
     served_by(kit_python.wire, gemini_pyz, server_version, pyz, [config.token])
+    found_the_kit(doctor_client(pyz, "gemini", agent.home, agent.project, agent.config_dir),
+                  kit_version(kit))
+    # Disabled for the project, Gemini starts no server of the extension in a session there
+    # (`gemini mcp list` still shows it: it lists every extension's) and doctor says why,
+    # as `extensions list` does; its fix, run as printed, enables it again.
+    code, out, err = agent.run("gemini", "extensions", "disable", KIT, "--scope", "workspace")
+    assert code == 0, describe(code, out, err)
+    assert gemini_enabled_here(agent) is False
+    disabled = doctor_client(pyz, "gemini", agent.home, agent.project, agent.config_dir)
+    assert disabled["status"] == "warn" and "is disabled for %s" % agent.project.resolve() \
+        in disabled["detail"], disabled
+    code, out, err = agent.run("sh", "-c", disabled["fix"], cwd=agent.home)
+    assert code == 0, describe(code, out, err)
+    assert gemini_enabled_here(agent) is True
     found_the_kit(doctor_client(pyz, "gemini", agent.home, agent.project, agent.config_dir),
                   kit_version(kit))
 

@@ -1095,7 +1095,11 @@ KIT_INSTALL = (
     ("Gemini CLI", ("gemini extensions install {extension} --consent",)),
     ("Claude Desktop", ("{open} {bundle}",)),
 )
-KIT_ENABLE = {"gemini": "gemini extensions enable memprove --scope workspace"}
+# What enables a kit a client disabled: Codex has no enable command, and adding
+# the plugin again sets `enabled = true`; Gemini's, in the Workspace's folder.
+KIT_ENABLE = {"claude-code": "claude plugin enable memprove@memprove",
+              "codex": "codex plugin add memprove@memprove",
+              "gemini": "gemini extensions enable memprove --scope workspace"}
 KIT_UPDATE = {"claude-code": ("claude plugin update memprove@memprove",),
               "codex": ("codex plugin add memprove@memprove",),
               "gemini": ("gemini extensions update memprove",)}
@@ -5170,7 +5174,7 @@ def check_client(found):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, shown_path(program)), print_config_line(found))
     if "kit" in entry:
-        stale = disabled_kit(found, place, entry) or stale_kit(found, name, place, entry, program)
+        stale = disabled_kit(place, entry) or stale_kit(found, name, place, entry, program)
         if stale:
             return stale
     elif os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
@@ -5186,16 +5190,13 @@ def check_client(found):
     return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
 
 
-def disabled_kit(found, place, entry):
-    """The warning for a kit the client installed but disabled for the
-    Workspace, or None; only Gemini's finder says so (Claude Code's and
-    Codex's disabled kits are no entry at all)."""
+def disabled_kit(place, entry):
+    """The warning for a kit the client installed but disabled (for this
+    Workspace), with the client's command that enables it; or None."""
     if not entry["kit"]["disabled"]:
         return None
-    rules, here = entry["kit"]["disabled"]
-    return ("warn", None, "the memprove entry in %s is disabled for %s by %s" % (
-        place, shown_path(here), shown_path(rules)),
-        fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))
+    where, enable = entry["kit"]["disabled"]
+    return "warn", None, "the memprove entry in %s is %s" % (place, where), enable
 
 
 def stale_kit(found, name, place, entry, program):
@@ -5264,12 +5265,15 @@ def find_client_entry(name, found):
 # folder and the manifest that holds the installed version; or None.
 
 def claude_kit_entry(found):
-    """Claude Code: enabledPlugins in settings.json, the marketplace's folder in
-    known_marketplaces.json; it runs the kit's own .mcp.json, in place."""
+    """Claude Code: enabledPlugins in settings.json (false once disabled), the
+    marketplace's folder in known_marketplaces.json; it runs the kit's own
+    .mcp.json, in place."""
     base = os.path.join(home_directory(found["environ"], found["platform"]), ".claude")
-    settings = small_json(os.path.join(base, "settings.json"))
+    settings_path = os.path.join(base, "settings.json")
+    settings = small_json(settings_path)
     enabled = settings.get("enabledPlugins") if isinstance(settings, dict) else None
-    if not isinstance(enabled, dict) or enabled.get(KIT_PLUGIN_ID) is not True:
+    state = enabled.get(KIT_PLUGIN_ID) if isinstance(enabled, dict) else None
+    if state is not True and state is not False:
         return None
     known = small_json(os.path.join(base, "plugins", "known_marketplaces.json"))
     marketplace = known.get(KIT_NAME) if isinstance(known, dict) else None
@@ -5278,20 +5282,25 @@ def claude_kit_entry(found):
         return None
     plugin = os.path.join(folder, KIT_NAME)
     return {"path": os.path.join(plugin, ".mcp.json"), "roots": {"${CLAUDE_PLUGIN_ROOT}": plugin},
-            "folder": folder, "manifest": os.path.join(plugin, ".claude-plugin", "plugin.json")}
+            "folder": folder, "manifest": os.path.join(plugin, ".claude-plugin", "plugin.json"),
+            "disabled": None if state else (
+                "disabled in %s (enabledPlugins)" % shown_path(settings_path), KIT_ENABLE["claude-code"])}
 
 
 def codex_kit_entry(found):
-    """Codex: the plugin enabled in config.toml, the marketplace's folder there
-    too; it runs its copy's server file, in plugins/cache."""
+    """Codex: the plugin in config.toml (`enabled = false` once disabled), the
+    marketplace's folder there too; it runs its copy's server file, in
+    plugins/cache."""
     base = PLACES["codex"](found["environ"], None, found["platform"])
+    config_path = os.path.join(base, "config.toml")
     try:
-        config = user_text(read_regular(os.path.join(base, "config.toml"), MAX_CLIENT_FILE)[0])
+        config = user_text(read_regular(config_path, MAX_CLIENT_FILE)[0])
     except (OSError, ValueError):
         return None
     plugin = toml_client_entry(config, TOML_PLUGIN)
     marketplace = toml_client_entry(config, TOML_MARKETPLACE)
-    if not plugin or plugin["env"].get("enabled") != "true" or not marketplace:
+    state = plugin and plugin["env"].get("enabled")
+    if state not in ("true", "false") or not marketplace:
         return None
     cache = os.path.join(base, "plugins", "cache", KIT_NAME, KIT_NAME)
     copies = sorted(listing_or_none(cache, ""))
@@ -5300,7 +5309,9 @@ def codex_kit_entry(found):
     copy = os.path.join(cache, copies[0], ".codex-plugin")
     return {"path": os.path.join(copy, "mcp.json"), "roots": {},
             "folder": marketplace["env"].get("source"),
-            "manifest": os.path.join(copy, "plugin.json")}
+            "manifest": os.path.join(copy, "plugin.json"),
+            "disabled": None if state == "true" else (
+                "disabled in %s (enabled = false)" % shown_path(config_path), KIT_ENABLE["codex"])}
 
 
 def gemini_kit_entry(found):
@@ -5319,7 +5330,9 @@ def gemini_kit_entry(found):
     here = found.get("root") or os.getcwd()
     return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
             "folder": source and os.path.dirname(source), "manifest": path,
-            "disabled": None if gemini_enabled(small_json(rules), here) else (rules, here)}
+            "disabled": None if gemini_enabled(small_json(rules), here) else (
+                "disabled for %s by %s" % (shown_path(here), shown_path(rules)),
+                fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))}
 
 
 def gemini_enabled(rules, directory):

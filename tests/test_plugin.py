@@ -404,15 +404,24 @@ def test_doctor_warns_of_a_kit_from_other_bytes_with_the_update_commands(
     assert "%s mcp plugin %s, then: %s" % (pyz, kit, update) in check["fix"], check
 
 
-@pytest.mark.parametrize("client", ["claude-code", "codex"])
-def test_doctor_passes_over_a_kit_the_client_disabled(pyz, newest_python, make_env, home,
-                                                      tmp_path, kit_config, client):
+@pytest.mark.parametrize("client, where, enable", [
+    ("claude-code", "in {home}/.claude/settings.json (enabledPlugins)",
+     "claude plugin enable memprove@memprove"),
+    ("codex", "in {home}/.codex/config.toml (enabled = false)",
+     "codex plugin add memprove@memprove")])
+def test_doctor_says_a_kit_the_client_disabled_is_disabled(pyz, newest_python, make_env, home,
+                                                           tmp_path, kit_config, client, where,
+                                                           enable):
+    """`claude plugin disable` writes false into enabledPlugins; Codex's `enabled = false` is
+    written by hand (it has no disable command), and `codex plugin add` sets it true again."""
     kit = tmp_path / "kit"
     assert write_kit(newest_python, pyz, kit, make_env(), tmp_path,
                      "--config-dir", kit_config).returncode == 0
     INSTALLED[client](home, kit, enabled=False)
     check = doctor_client(newest_python, pyz, client, make_env(), tmp_path, kit_config)
-    assert check["status"] == "warn" and "or a plugin kit" in check["detail"], check
+    assert check["status"] == "warn", check
+    assert check["detail"].endswith(" is disabled " + where.format(home=home)), check
+    assert check["fix"] == enable, check
 
 
 # Gemini's extension-enablement.json: per extension, folder rules, the last one that matches

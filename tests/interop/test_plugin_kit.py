@@ -354,6 +354,21 @@ def test_claude_code_installs_the_kit(claude, pyz, next_pyz, kit_python, daemon,
     served_by(kit_python.wire, kit_pyz, server_version, pyz, [config.token])
     found_the_kit(doctor_client(pyz, "claude-code", claude.home, claude.project_dir,
                                 claude.config_dir), kit_version(kit))
+    # Disabled, Claude Code lists no memprove server and doctor says so; its fix, run as
+    # printed, enables the plugin again.
+    code, out, err = claude.run("plugin", "disable", "memprove@memprove")
+    assert code == 0, (code, out, err)
+    listed, out = claude_listed(claude)
+    assert [name for name in listed if KIT in name] == [], out
+    disabled = doctor_client(pyz, "claude-code", claude.home, claude.project_dir,
+                             claude.config_dir)
+    assert disabled["status"] == "warn" and " is disabled in " in disabled["detail"], disabled
+    run_printed(run, [disabled["fix"].split(" ")])
+    listed, out = claude_listed(claude)
+    assert [name for name in listed if KIT in name] == [CLAUDE_SERVER], out
+    found_the_kit(doctor_client(pyz, "claude-code", claude.home, claude.project_dir,
+                                claude.config_dir), kit_version(kit))
+    served_by(kit_python.wire, kit_pyz, server_version, pyz, [config.token])
 
     endpoint, names = claude_turn(claude, daemon, "MEMPROVE-KIT-CLAUDE")
     # Claude Code gives a plugin's server the session's folder as CLAUDE_PROJECT_DIR.
@@ -471,6 +486,20 @@ def test_codex_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_py
     assert (installed[0]["installed"], installed[0]["enabled"], installed[0]["version"]) == (
         True, True, version), installed
     codex_home = {"CODEX_HOME": agent.env["CODEX_HOME"]} if "CODEX_HOME" in agent.env else None
+    found_the_kit(doctor_client(pyz, "codex", agent.home, agent.project, agent.config_dir,
+                                codex_home), version)
+    # Disabled by hand (Codex has no disable command), Codex lists the plugin as not enabled
+    # and doctor says so; its fix, run as printed, enables it again.
+    config_toml = Path(agent.env.get("CODEX_HOME") or agent.home / ".codex") / "config.toml"
+    text = config_toml.read_text()
+    assert text.count("enabled = true") == 1, text
+    config_toml.write_text(text.replace("enabled = true", "enabled = false"))
+    assert [entry["enabled"] for entry in codex_plugin_list(agent)] == [False]
+    disabled = doctor_client(pyz, "codex", agent.home, agent.project, agent.config_dir,
+                             codex_home)
+    assert disabled["status"] == "warn" and " is disabled in " in disabled["detail"], disabled
+    run_printed(agent_runner(agent), [disabled["fix"].split(" ")])
+    assert [entry["enabled"] for entry in codex_plugin_list(agent)] == [True]
     found_the_kit(doctor_client(pyz, "codex", agent.home, agent.project, agent.config_dir,
                                 codex_home), version)
 

@@ -5158,6 +5158,8 @@ def check_client(found):
         return ("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
                 % (place, holder), "remove it: the token belongs in %s%s; the entry to use "
                 "instead: %s" % (shown_path(token_file), private, print_config_line(found)))
+    if "kit" in entry and entry["kit"]["disabled"]:
+        return disabled_kit(place, entry)     # not run, so not checked further
     command, args = entry["command"], entry["args"]
     if not command or not command_exists(command, found["environ"]):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
@@ -5174,7 +5176,7 @@ def check_client(found):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, shown_path(program)), print_config_line(found))
     if "kit" in entry:
-        stale = disabled_kit(place, entry) or stale_kit(found, name, place, entry, program)
+        stale = stale_kit(found, name, place, entry, program)
         if stale:
             return stale
     elif os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
@@ -5192,9 +5194,7 @@ def check_client(found):
 
 def disabled_kit(place, entry):
     """The warning for a kit the client installed but disabled (for this
-    Workspace), with the client's command that enables it; or None."""
-    if not entry["kit"]["disabled"]:
-        return None
+    Workspace), with the client's command that enables it."""
     where, enable = entry["kit"]["disabled"]
     return "warn", None, "the memprove entry in %s is %s" % (place, where), enable
 
@@ -5327,12 +5327,20 @@ def gemini_kit_entry(found):
     root = source if source and install.get("type") == "link" else extension
     path = os.path.join(extension, "gemini-extension.json")
     rules = os.path.join(extensions, "extension-enablement.json")
-    here = found.get("root") or os.getcwd()
+    here = found.get("root") or working_directory()
     return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
             "folder": source and os.path.dirname(source), "manifest": path,
-            "disabled": None if gemini_enabled(small_json(rules), here) else (
+            "disabled": None if not here or gemini_enabled(small_json(rules), here) else (
                 "disabled for %s by %s" % (shown_path(here), shown_path(rules)),
                 fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))}
+
+
+def working_directory():
+    """The working directory, or None when it was deleted."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def gemini_enabled(rules, directory):
@@ -5373,24 +5381,24 @@ def folder_glob_matches(glob, path):
         if tokens[-1:] in (["*"], ["/*"]):   # two stars in a row match what one of them would
             star = "/*" if tokens.pop() == star == "/*" else "*"
         tokens.append(star)
-    literal, star, slash_star = {}, 0, 0
+    literal, stars, slash_stars = {}, 0, 0
     for index, token in enumerate(tokens):
         bit = 1 << index
         if token == "*":
-            star |= bit
+            stars |= bit
         elif token == "/*":
-            slash_star |= bit
+            slash_stars |= bit
         else:
             literal[token] = literal.get(token, 0) | bit
     # Bit i of `at`: before token i; of `inside`: within the "/*" at i, past its /.
     # No two star tokens are neighbours, so one step of skipping is the whole closure.
     at, inside = 1, 0
-    at |= (at & (star | slash_star)) << 1
+    at |= (at & (stars | slash_stars)) << 1
     for character in path:
         if character == "/":
-            inside |= at & slash_star
-        at = ((at & literal.get(character, 0)) << 1) | (at & star)
-        at |= ((at & (star | slash_star)) | inside) << 1
+            inside |= at & slash_stars
+        at = ((at & literal.get(character, 0)) << 1) | (at & stars)
+        at |= ((at & (stars | slash_stars)) | inside) << 1
         if not at and not inside:
             return False
     return bool(at >> len(tokens) & 1)

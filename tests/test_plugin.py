@@ -10,12 +10,13 @@ import itertools
 import json
 import os
 import re
+import subprocess
 import sys
 import zipfile
 
 import pytest
 
-from harness import REPO, run_cli, server_path, snapshot
+from harness import REPO, SAFETY_TIMEOUT, run_cli, server_path, snapshot
 
 sys.path.insert(0, str(REPO))
 import memprove_mcp as mp  # noqa: E402  (kit_commands, given a platform)
@@ -457,6 +458,28 @@ def test_doctor_reads_geminis_enablement_rules_for_the_workspace(
         in check["detail"], check
     assert check["fix"] == "cd %s && gemini extensions enable memprove --scope workspace" \
         % server_path(project), check
+
+
+def test_doctor_judges_no_gemini_rule_from_a_deleted_working_directory(
+        pyz, newest_python, make_env, home, tmp_path, kit_config):
+    """No Workspace and no working directory to judge the rules by: the extension is taken
+    as enabled, and doctor still answers (§6 rule 11)."""
+    kit = tmp_path / "kit"
+    assert write_kit(newest_python, pyz, kit, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    gemini_installed(home, kit, enabled=False)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    done = subprocess.run(
+        ["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone),
+         str(newest_python), str(pyz), "mcp", "doctor", "--client", "gemini", "--json",
+         "--config-dir", str(kit_config)],
+        env=make_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
+    assert b"Traceback" not in done.stderr, done.stderr.decode(errors="replace")
+    checks = dict((check["name"], check) for check in json.loads(done.stdout)["checks"])
+    assert checks["workspace"]["code"] == "workspace_unusable", checks["workspace"]
+    assert checks["client"]["status"] == "ok", checks["client"]
 
 
 def gemini_glob_as_a_regular_expression(glob):

@@ -1603,11 +1603,9 @@ def start_directory(paths):
     folder as the working directory or one above it is resolved."""
     if not paths:
         return None
-    try:
-        here = os.path.join(os.path.realpath(os.getcwd()), "")
-    except OSError:
-        here = None
+    here = working_directory()
     if here is not None:
+        here = os.path.join(os.path.realpath(here), "")
         above = folders_above(here)
         for path in dict.fromkeys(paths):    # a root sent twice is judged once
             if may_hold(path, above):
@@ -1623,7 +1621,7 @@ def folders_above(path):
     found = set()
     while True:
         identity = folder_identity(path)
-        if isinstance(identity, tuple):
+        if identity:
             found.add(identity)
         parent = os.path.dirname(path)
         if parent == path:
@@ -1632,8 +1630,8 @@ def folders_above(path):
 
 
 def folder_identity(path):
-    """(device, inode) of the folder at `path`, None when it is no folder,
-    and "unknown" where the file system numbers no inodes (st_ino 0)."""
+    """(device, inode) of the folder at `path`, or None when it is no folder;
+    the inode is 0 where the file system numbers none."""
     import stat
     try:
         status = os.stat(path)
@@ -1641,7 +1639,7 @@ def folder_identity(path):
         return None
     if not stat.S_ISDIR(status.st_mode):
         return None
-    return (status.st_dev, status.st_ino) if status.st_ino else "unknown"
+    return status.st_dev, status.st_ino
 
 
 def may_hold(path, above):
@@ -1649,7 +1647,7 @@ def may_hold(path, above):
     of the folders `above` it (or cannot be told apart by inode).  A root
     that cannot be looked at cannot be the Workspace's either."""
     identity = folder_identity(path)
-    return identity == "unknown" or identity in above
+    return identity is not None and (not identity[1] or identity in above)
 
 
 def file_uri_path(uri):
@@ -3238,10 +3236,15 @@ def workspace_start(option, environ, roots=None, warnings=None):
         return environ["CLAUDE_PROJECT_DIR"], "CLAUDE_PROJECT_DIR"
     if roots:
         return roots, "roots"
+    return working_directory(), "working directory"
+
+
+def working_directory():
+    """The working directory, or None when it was deleted under us."""
     try:
-        return os.getcwd(), "working directory"
-    except OSError:                      # deleted under us: there is none to give
-        return None, "working directory"
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def find_workspace(environ, option=None, roots=None, warnings=None):
@@ -5333,14 +5336,6 @@ def gemini_kit_entry(found):
             "disabled": None if not here or gemini_enabled(small_json(rules), here) else (
                 "disabled for %s by %s" % (shown_path(here), shown_path(rules)),
                 fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))}
-
-
-def working_directory():
-    """The working directory, or None when it was deleted."""
-    try:
-        return os.getcwd()
-    except OSError:
-        return None
 
 
 def gemini_enabled(rules, directory):

@@ -485,10 +485,8 @@ def test_doctor_judges_no_gemini_rule_from_a_deleted_working_directory(
 def gemini_glob_as_a_regular_expression(glob):
     """Gemini's reading of a folder glob, as its enablement code writes it: every `*`, with
     the / before it if there is one, an optional group of that / and anything."""
-    pattern = re.sub(r"(/?)\\\*", lambda star: "(?:%s.*)?" % star.group(1),
-                     "".join("\\*" if character == "*" else re.escape(character)
-                             if character != "/" else "/" for character in glob))
-    return re.compile(pattern + r"\Z")
+    escaped = re.sub(r"[.+?^${}()|[\]\\]", r"\\\g<0>", glob)   # what Gemini escapes
+    return re.compile(re.sub(r"(/?)\*", r"(\1.*)?", escaped) + r"\Z")
 
 
 def every_text(alphabet, longest):

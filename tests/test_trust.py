@@ -598,7 +598,7 @@ def deep_folder(tmp_path):
 
 
 def test_rule24_a_link_to_the_project_is_found_behind_deep_folders(start_server, workspace,
-                                                                     tmp_path, deep_folder):
+                                                                     tmp_path, request):
     """999 roots that are real folders, each a different one some two thousand deep
     (resolving one costs some 0.1 s), then a link to the project: the link holds the working
     directory (it is the same folder as one above it), so it is the start directory, resolved
@@ -615,7 +615,7 @@ def test_rule24_a_link_to_the_project_is_found_behind_deep_folders(start_server,
         for folder in others:
             folder.mkdir(parents=True)
     else:
-        others = list(deep_folder.parents)[:999]
+        others = list(request.getfixturevalue("deep_folder").parents)[:999]
     server = start_server(cwd=inside)
     seconds = workspace_by_roots(server, [server_file_uri(folder, resolved=False)
                                           for folder in others + [link]], workspace)

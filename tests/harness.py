@@ -373,7 +373,7 @@ def require_windows_python(minor):
     path = find_windows_python(minor)
     if path is None:
         reason = ("Windows Python %s under Wine is not set up (no working %s); get it with: "
-                  "%s (as root, or as yourself once `sudo apt-get install wine64` is done)"
+                  "%s (as root, or as yourself once `sudo apt-get install wine64 wine64-preloader` is done)"
                   % (minor, windows_bin() / ("python-win" + minor), WINDOWS_SCRIPT))
         if os.environ.get("CI") == "true":
             pytest.fail(reason + " (CI=true requires the Windows tier)")

@@ -71,8 +71,7 @@ fi
 
 # A long run (CI) keeps one Wine session from its first test to its last: with
 # --hold the prefix's wineserver stays until --stop, so no start races a session
-# that is shutting down after PERSIST idle seconds (seen once in thousands of
-# starts: python.exe exiting 1 with no output).  The wrappers find it running.
+# that is shutting down after PERSIST idle seconds.  The wrappers find it running.
 if [ "${1:-}" = "--hold" ] || [ "${1:-}" = "--stop" ]; then
     stop_wineserver
     if [ "$1" = "--hold" ]; then
@@ -88,17 +87,17 @@ install_wine() {
     if [ "$(id -u)" != 0 ]; then
         command -v sudo >/dev/null || {
             say "wine64 is not installed, and installing it needs root: run this as root," \
-                "or first (as root): apt-get install --no-install-recommends wine64"
+                "or first (as root): apt-get install --no-install-recommends wine64 wine64-preloader"
             exit 1
         }
         run=(sudo)
     fi
     command -v apt-get >/dev/null || { say "no apt-get: install Wine (wine64) yourself"; exit 1; }
-    say "installing Debian's wine64 (about 30 s)"
+    say "installing Debian's wine64 and wine64-preloader (about 30 s)"
     "${run[@]}" apt-get update -qq
     if ! "${run[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            --no-install-recommends wine64 >"$CACHE/apt.log" 2>&1; then
-        say "apt-get install wine64 failed; see $CACHE/apt.log"
+            --no-install-recommends wine64 wine64-preloader >"$CACHE/apt.log" 2>&1; then
+        say "apt-get install wine64 wine64-preloader failed; see $CACHE/apt.log"
         tail -n 20 "$CACHE/apt.log" >&2
         exit 1
     fi
@@ -154,8 +153,14 @@ if [ "${1:-}" = "--pythons-only" ]; then
 fi
 
 # -- Wine ----------------------------------------------------------------------
-WINE="$(find_wine_program wine64 wine)" || { install_wine; WINE="$(find_wine_program wine64 wine)"; } \
-    || { say "wine64 was installed but no Wine loader was found"; exit 1; }
+# The preloader too, which Debian only suggests: it reserves the addresses Windows
+# programs need before the Unix libraries are mapped.  Without it one start in several
+# thousand finds the shared user data page (0x7ffe0000) taken and exits 1 having
+# printed nothing (Wine's "failed to map the shared user data" is an err: message,
+# which WINEDEBUG=-all hides).
+has_wine() { WINE="$(find_wine_program wine64 wine)" && find_wine_program wine64-preloader >/dev/null; }
+has_wine || { install_wine; has_wine; } \
+    || { say "wine64 and wine64-preloader were installed but no Wine loader or preloader was found"; exit 1; }
 WINESERVER="$(find_wine_program wineserver64 wineserver)" \
     || { say "no wineserver beside $WINE"; exit 1; }
 

@@ -39,7 +39,9 @@ ROOT="$CACHE/sid"
 BIN="$CACHE/bin"
 MIRROR="${MEMPROVE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 MOUNTS=(/tmp /proc /dev /dev/shm)        # in mount order; unmounted in reverse
-PACKAGES=wine,wine64
+# wine64-preloader, which tests/windows.sh explains: without it one start in several
+# thousand exits 1 having printed nothing.
+PACKAGES=wine,wine64,wine64-preloader
 PYTHON_VERSION=3.13
 # The one pin of Claude Code: the Linux tier's (NPM_CLIENTS in tests/interop/conftest.py).
 CLAUDE_VERSION="$(sed -n 's/^ *"claude-code": ("@anthropic-ai\/claude-code", "\([^"]*\)"),$/\1/p' \
@@ -58,7 +60,10 @@ say() { echo "tests/wine10.sh: $*" >&2; }
 . tests/sid_chroot.sh
 
 # Wine's programs are there (Debian's /usr/bin/wine is an absolute link: followed in the chroot).
-has_wine() { [ -d "$ROOT" ] && chroot "$ROOT" test -x /usr/bin/wine -a -x "$WINESERVER"; }
+has_wine() {
+    [ -d "$ROOT" ] && chroot "$ROOT" test -x /usr/bin/wine -a -x "$WINESERVER" \
+        -a -x "$(dirname "$WINESERVER")/wine-preloader"
+}
 
 stop_wineserver() {
     has_wine && [ -d "$ROOT$PREFIX" ] && mounted "$ROOT/tmp" \

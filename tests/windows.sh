@@ -86,7 +86,7 @@ install_wine() {
     local -a run=()
     if [ "$(id -u)" != 0 ]; then
         command -v sudo >/dev/null || {
-            say "wine64 is not installed, and installing it needs root: run this as root," \
+            say "wine64 or wine64-preloader is not installed, and installing them needs root: run this as root," \
                 "or first (as root): apt-get install --no-install-recommends wine64 wine64-preloader"
             exit 1
         }

@@ -38,6 +38,8 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/memprove-mcp-windows"
 BIN="$CACHE/bin"
 PREFIX="$CACHE/prefix"
 HOST_PYTHON="${MEMPROVE_HOST_PYTHON:-python3}"
+# Debian's Wine, with the preloader it only suggests (see "-- Wine" below for why).
+WINE_PACKAGES="wine64 wine64-preloader"
 # How long the prefix's wineserver outlives its last process: long enough that a
 # test run keeps one session, short enough not to linger on a shared machine.
 PERSIST=120
@@ -86,18 +88,18 @@ install_wine() {
     local -a run=()
     if [ "$(id -u)" != 0 ]; then
         command -v sudo >/dev/null || {
-            say "wine64 or wine64-preloader is not installed, and installing them needs root: run this as root," \
-                "or first (as root): apt-get install --no-install-recommends wine64 wine64-preloader"
+            say "$WINE_PACKAGES: not both installed, and installing them needs root: run this as root," \
+                "or first (as root): apt-get install --no-install-recommends $WINE_PACKAGES"
             exit 1
         }
         run=(sudo)
     fi
     command -v apt-get >/dev/null || { say "no apt-get: install Wine (wine64) yourself"; exit 1; }
-    say "installing Debian's wine64 and wine64-preloader (about 30 s)"
+    say "installing Debian's $WINE_PACKAGES (about 30 s)"
     "${run[@]}" apt-get update -qq
     if ! "${run[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            --no-install-recommends wine64 wine64-preloader >"$CACHE/apt.log" 2>&1; then
-        say "apt-get install wine64 wine64-preloader failed; see $CACHE/apt.log"
+            --no-install-recommends $WINE_PACKAGES >"$CACHE/apt.log" 2>&1; then
+        say "apt-get install $WINE_PACKAGES failed; see $CACHE/apt.log"
         tail -n 20 "$CACHE/apt.log" >&2
         exit 1
     fi
@@ -160,7 +162,7 @@ fi
 # which WINEDEBUG=-all hides).
 has_wine() { WINE="$(find_wine_program wine64 wine)" && find_wine_program wine64-preloader >/dev/null; }
 has_wine || { install_wine; has_wine; } \
-    || { say "wine64 and wine64-preloader were installed but no Wine loader or preloader was found"; exit 1; }
+    || { say "$WINE_PACKAGES were installed but no Wine loader or preloader was found"; exit 1; }
 WINESERVER="$(find_wine_program wineserver64 wineserver)" \
     || { say "no wineserver beside $WINE"; exit 1; }
 

@@ -582,7 +582,7 @@ def test_rule26_a_folder_holding_more_than_a_kit_is_refused_and_nothing_moved(
 
 
 def test_rule26_a_failed_run_leaves_nothing_beside_the_folder(local_users, private_place,
-                                                              kit_config):
+                                                              kit_config, make_env):
     """An earlier kit that the user (a real uid, not root) cannot move: its folder is
     0555, so renaming it aside fails.  The run fails with exit status 1 and says nothing
     changed, and nothing changed: the kit is as it was and no `.memprove-kit-*` folder is
@@ -592,10 +592,10 @@ def test_rule26_a_failed_run_leaves_nothing_beside_the_folder(local_users, priva
     parent = private_place / "kits"
     parent.mkdir()
     folder = parent / "kit"
-    env = clean_env(victim.home, victim.env())
     # The earlier kit, written as root where root's kit may be, then given to the victim.
     assert run_cli(users.python, users.pyz, ["mcp", "plugin", folder, "--config-dir",
-                                             kit_config], env, private_place).returncode == 0
+                                             kit_config], make_env(), private_place).returncode == 0
+    env = clean_env(victim.home, victim.env())
     victim.own(parent)
     os.chmod(str(folder), 0o555)
     before = snapshot(parent)

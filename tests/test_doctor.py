@@ -1233,12 +1233,14 @@ def test_rule29_doctors_fixes_never_run_a_command_from_a_path(doctor, installed,
 
 
 def test_rule29_powershell_fixes_name_paths_literally():
-    """PowerShell's `-Path` expands wildcards (`[1]` in a folder's name names another
-    folder): every fix that takes a path gives it as `-LiteralPath`.  (Today the `mkdir`
-    fix is `New-Item -ItemType Directory -Force -Path ...`.)"""
+    """The control of PowerShell's half: `-Path` expands wildcards (`[1]` in a folder's name
+    names another folder) in every cmdlet but New-Item, which has no `-LiteralPath` and whose
+    `-Path` takes none (its documentation, 2.0 to 7.6).  Every fix that takes a path gives it
+    as `-LiteralPath`, or to New-Item's `-Path`.  (This held already; the kit's `Invoke-Item`
+    did not: test_plugin.py.)"""
     words = {"path": "'C:\\kits [1]\\memprove'", "target": "'C:\\kits [1]\\x'",
              "value": "'v'", "name": "NAME"}
     for name, template in sorted(mp.SHELLS["powershell"].items()):
         if isinstance(template, str) and "{path}" in template:
             line = template.format(**words)
-            assert "-LiteralPath " in line and "-Path " not in line, (name, line)
+            assert "-LiteralPath " in line or line.startswith("New-Item "), (name, line)

@@ -424,12 +424,22 @@ def capsule_with_open_items(count, title="Cap me"):
                         "ledger": {"entries": 4 * count, "head": "ab" * 32}}}
 
 
-def test_a_pack_past_the_cap_is_rendered_at_the_largest_budget_that_fits(world):
-    capsule = capsule_with_open_items(700)
+# Capsules whose default Pack text passes the cap: (open items, title).  The second passes it
+# in UTF-16 code units only (its characters are fewer than 9,000).
+PAST_THE_CAP = {"700 open items": (700, "Cap me"),
+                "a title of 1,500 characters above U+FFFF": (40, "\U0001F4CC" * 1500)}
+
+
+@pytest.mark.parametrize("case", sorted(PAST_THE_CAP))
+def test_a_pack_past_the_cap_is_rendered_at_the_largest_budget_that_fits(world, case):
+    capsule = capsule_with_open_items(*PAST_THE_CAP[case])
     world.daemon.serve_capsule("t-cap", capsule)
     world.name_task(capsule["capsule"]["task"])
     oracle = world.oracle("claude-code")
-    assert utf16_units(oracle.text()) > CAP          # the default budget does not fit
+    default = oracle.text()
+    assert utf16_units(default) > CAP                # the default budget does not fit
+    if "U+FFFF" in case:
+        assert len(default) <= CAP, len(default)
     # The largest budget that fits (the Pack grows with its budget: pack.md).
     low, high = 500, 6000
     assert utf16_units(oracle.text({"budget": low})) <= CAP
@@ -442,7 +452,6 @@ def test_a_pack_past_the_cap_is_rendered_at_the_largest_budget_that_fits(world):
     text = hook_against_pack(oracle, lambda: world.hook(args=("--client", "claude-code")),
                              {"budget": low})
     assert utf16_units(oracle.text({"budget": low + 1})) > CAP
-    assert len(text) < utf16_units(text)             # counted in UTF-16, not code points
     assert "(Claims left out: " in text
     oracle.close()
 

@@ -477,6 +477,14 @@ def test_a_pack_that_cannot_fit_gives_the_count_and_one_line(world):
     oracle.close()
 
 
+def test_a_title_past_the_cap_is_silence(world):
+    """Not even the opening with its count fits: nothing is better than a text over the cap."""
+    capsule = capsule_with_open_items(3, title="A title that goes on " * 450)
+    world.daemon.serve_capsule("t-cap", capsule)
+    world.name_task(capsule["capsule"]["task"])
+    assert_silent(world.hook(args=("--client", "claude-code")))
+
+
 # =============================================================================
 # Silence: nothing on either stream, exit 0, nothing written
 # =============================================================================

@@ -272,6 +272,17 @@ def test_the_agent_is_the_clients_name(world, client, how):
     oracle.close()
 
 
+def test_geminis_variable_wins_over_claude_codes_which_every_child_inherits(world):
+    """Gemini started from a Claude Code shell inherits CLAUDECODE=1; its own variable says
+    which client runs the hook."""
+    world.begin()
+    world.without_session()
+    oracle = world.oracle(CLIENT_NAMES["gemini"])
+    env = dict(client_variables("gemini", server_path(world.workspace)), CLAUDECODE="1")
+    hook_against_pack(oracle, lambda: world.hook(env=env))
+    oracle.close()
+
+
 def test_no_client_known_names_the_agent_as_pack_does_for_a_nameless_client(world):
     world.begin()
     world.without_session()
@@ -734,6 +745,13 @@ def test_the_token_is_on_no_stream_and_not_in_the_log_which_has_one_line(world):
     additional_context(world.hook(args=("--client", "claude-code"),
                                   env={"MEMPROVE_MCP_LOG": log}))
     assert log.read_bytes().count(b"\n") == 2
+    # The input's `source` goes to the line, which stays one line whatever it holds.
+    forged = json.dumps({"cwd": server_path(world.workspace),
+                         "source": "startup\nforged line\r\u2028\u001b[31m " + "x" * 5000})
+    additional_context(world.hook(args=("--client", "claude-code"),
+                                  env={"MEMPROVE_MCP_LOG": log}, stdin=forged.encode("utf-8")))
+    lines = log.read_bytes().split(b"\n")
+    assert len(lines) == 4 and lines[3] == b"" and b"\r" not in lines[2], lines[2][:300]
     # Given as MEMPROVE_TOKEN rather than a file, the token is still nowhere.
     world.config.token_file.unlink()
     done = world.hook(env={"MEMPROVE_MCP_LOG": log, "MEMPROVE_TOKEN": world.config.token})

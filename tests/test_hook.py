@@ -675,13 +675,26 @@ def test_silence_for_an_untrusted_daemon_json_and_no_request(silent_world):
     assert world.daemon.ops == []
 
 
+def trickle_until(release):
+    """An answer that never ends: a byte of a status line every tenth of a second, each
+    well within any timeout on one read."""
+    def answer(conn):
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        while not release.wait(0.1):
+            conn.sendall(b"X")
+    return answer
+
+
 @pytest.mark.parametrize("timeout", [None, "1000", "86400"])
-def test_a_daemon_that_accepts_and_never_answers(silent_world, timeout):
-    """Whatever MEMPROVE_TIMEOUT says, the hook ends by itself, silent.  (The bound is 3 s:
-    the bench measures it; 10 s here is a safety net.)"""
+@pytest.mark.parametrize("how", ["silent", "trickling"])
+def test_a_daemon_that_accepts_and_never_answers(silent_world, timeout, how):
+    """Whatever MEMPROVE_TIMEOUT says, the hook ends by itself, silent, whether the daemon
+    says nothing or trickles an answer that never ends.  (The bound is 3 s: the bench
+    measures it; 10 s here is a safety net.)"""
     world = silent_world
     release = threading.Event()
-    raw = RawDaemon(lambda conn: release.wait(60))
+    raw = RawDaemon(lambda conn: release.wait(60) if how == "silent" else
+                    trickle_until(release)(conn))
     world.closers.append(raw.close)
     world.closers.insert(0, release.set)
     raw.write_daemon_json(world.config.data_dir)

@@ -2474,20 +2474,6 @@ def newest_runs(runs, task, count=50):
     return [run for _, _, run in sorted(newest, reverse=True)], skipped
 
 
-def shown_run(run):
-    """Whether `context` may show a line of runs.jsonl (§6 rule 20): a file
-    from a repository chooses every field, so only a label, exit code,
-    command and end time of the shapes `memprove run` writes are shown."""
-    label, exit_code = run.get("label"), run.get("exit_code")
-    return isinstance(label, str) and RUN_LABEL.match(label) is not None and \
-        isinstance(exit_code, int) and \
-        not isinstance(exit_code, bool) and isinstance(run.get("command"), str) and \
-        isinstance(run.get("finished_at"), str)
-
-
-RUN_LABEL = Pattern(r"r[0-9]+\Z")
-
-
 def tool_tasks(call, args):
     context = call.context()
     query = {"workspace": call.root}
@@ -2874,7 +2860,7 @@ def context_session(session, parent):
 def field(record, key, kind):
     """A field of a daemon answer, or daemon_error: its records are not ours to trust.
 
-    `kind` is a type, or "id" (a non-empty string) or "number" (an integer
+    `kind` is a type, or "id" (DAEMON_ID: §6 rule 30) or "number" (an integer
     of 1 or more), or a tuple of the strings contract.md §3 allows, or a
     Pattern they match, as it types the records (§6 rule 3): a value a
     result shows as the daemon gave it can never start a line of its own
@@ -2882,7 +2868,7 @@ def field(record, key, kind):
     """
     value = record.get(key) if isinstance(record, dict) else None
     if kind == "id":
-        sound = isinstance(value, str) and value != ""
+        sound = isinstance(value, str) and DAEMON_ID.match(value) is not None
     elif kind == "number":
         sound = isinstance(value, int) and not isinstance(value, bool) and value >= 1
     elif isinstance(kind, tuple):
@@ -2894,6 +2880,10 @@ def field(record, key, kind):
     if not sound:
         raise Problem("daemon_error", "Its answer lacked a field or gave one of the wrong type.")
     return value
+
+
+# §6 rule 30: an id is shown and stored as it came, so it must be a plain word.
+DAEMON_ID = Pattern(r"[!-~]{1,128}\Z")
 
 
 def checked(record, *fields):
@@ -3398,13 +3388,17 @@ def read_daemon(data_dir, platform=PLATFORM):
     owner must be confirmed): the token goes only to a daemon whose
     daemon.json the user can trust (contract.md §6 rules 17 and 19)."""
     try:
-        directory = os.stat(data_dir)
-        data, status = read_regular(os.path.join(data_dir, "daemon.json"), 65536)
+        if PLATFORMS[platform]["posix_files"]:
+            real, directory, data, status = read_daemon_file(data_dir)
+        else:
+            real, directory = data_dir, os.stat(data_dir)
+            data, status = read_regular(os.path.join(data_dir, "daemon.json"), 65536)
+    except LinkDoubt as doubt:
+        raise Problem("daemon_unavailable", str(doubt))
     except (OSError, ValueError):
         raise Problem("daemon_unavailable")
     doubt, confirm = daemon_file_doubt(directory, status, platform)
-    if confirm and not private_folder(os.path.dirname(os.path.realpath(data_dir)),
-                                      directory.st_uid):
+    if confirm and not private_folder(os.path.dirname(real), directory.st_uid):
         # A folder anyone can write (/tmp) is where an attacker's data directory, theirs
         # like a service account's, would be made: one of those is kept where no one
         # else could have made it (/var/lib...).
@@ -3418,6 +3412,71 @@ def read_daemon(data_dir, platform=PLATFORM):
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         raise Problem("daemon_unavailable")
     return record["url"], status.st_uid, confirm
+
+
+class LinkDoubt(Exception):
+    """A link on the way to the data directory that someone else could change."""
+
+
+MAX_LINKS = 40                       # links followed on one path, as the kernel's ELOOP
+
+
+def read_daemon_file(data_dir):
+    """(the data directory's path without links, its status, up to 64 KiB of
+    its daemon.json, that file's status), on a POSIX system.
+
+    §6 rule 19 through links: the path as configured is walked one folder at
+    a time without following links, each link judged where it is met (a link
+    another user owns, or one in a folder group or others can write, is a
+    place someone else chose: LinkDoubt), and daemon.json is opened relative
+    to the folder reached, so nothing swapped after the judging changes which
+    file is read.
+    """
+    import stat
+    trusted = (os.geteuid(), 0)
+    folder_flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NO_FOLLOW
+    real, pending, links = os.sep, [part for part in data_dir.split(os.sep)], 0
+    descriptor = os.open(os.sep, folder_flags)
+    try:
+        while pending:
+            name = pending.pop(0)
+            if name in ("", "."):
+                continue
+            if name == "..":
+                real = os.path.dirname(real)
+                os.close(descriptor)
+                descriptor = os.open(real, folder_flags)
+                continue
+            held = os.stat(name, dir_fd=descriptor, follow_symlinks=False)
+            if stat.S_ISLNK(held.st_mode):
+                links += 1
+                if links > MAX_LINKS:
+                    raise OSError("too many links")
+                if held.st_uid not in trusted:
+                    raise LinkDoubt(LINK_OWNER % (shown_path(os.path.join(real, name)),
+                                                  held.st_uid))
+                if os.fstat(descriptor).st_mode & 0o022:
+                    raise LinkDoubt(LINK_FOLDER % shown_path(os.path.join(real, name)))
+                target = os.readlink(name, dir_fd=descriptor)
+                if target.startswith(os.sep):
+                    real = os.sep
+                    os.close(descriptor)
+                    descriptor = os.open(os.sep, folder_flags)
+                pending[:0] = target.split(os.sep)
+                continue
+            inner = os.open(name, folder_flags, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor, real = inner, os.path.join(real, name)
+        directory = os.fstat(descriptor)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | NO_FOLLOW
+        handle = os.fdopen(os.open("daemon.json", flags, dir_fd=descriptor), "rb")
+    finally:
+        os.close(descriptor)
+    with handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError("daemon.json is not a file")
+        return real, directory, handle.read(65536), status
 
 
 def daemon_file_doubt(directory, status, platform=PLATFORM):
@@ -3465,6 +3524,8 @@ DIRECTORY_OWNER = "The data directory belongs to another user (uid %d)."
 FILE_OWNER = "The file daemon.json belongs to another user (uid %d)."
 DIRECTORY_MODE = "The data directory can be written by group or others (mode %04o)."
 FILE_MODE = "The file daemon.json can be written by group or others (mode %04o)."
+LINK_OWNER = "The link %s on the way to the data directory belongs to another user (uid %d)."
+LINK_FOLDER = "The link %s on the way to the data directory is in a folder group or others can write."
 
 
 MAX_TIMEOUT = 86400.0                # contract.md §6 rule 7: a day at most
@@ -3790,9 +3851,24 @@ MAX_RUN_LINE = 64 * 1024             # bytes of one runs.jsonl line worth parsin
 LABEL_KEY = b'"label"'
 
 
+def shown_run(run):
+    """Whether a line of runs.jsonl has the one shape every tool takes (§6
+    rules 20 and 27): a file from a repository chooses every field, so only a
+    label, exit code, command and end time of the shapes `memprove run`
+    writes are read, shown or named in an error, with an id of text."""
+    label, exit_code = run.get("label"), run.get("exit_code")
+    return isinstance(label, str) and RUN_LABEL.match(label) is not None and \
+        isinstance(exit_code, int) and \
+        not isinstance(exit_code, bool) and isinstance(run.get("command"), str) and \
+        isinstance(run.get("finished_at"), str) and isinstance(run.get("id", ""), str)
+
+
+RUN_LABEL = Pattern(r"r[0-9]+\Z")
+
+
 def each_run(root, shaped=True):
     """The runs `memprove run` recorded, in file order, one at a time: with
-    `shaped`, those whose label and id are text; else every JSON object (for
+    `shaped`, those of the one shape (shown_run); else every JSON object (for
     `context`, which counts the rest, §6 rule 20).
 
     contract.md §6 rule 16: the file is a repository's to make as large as it
@@ -3816,8 +3892,7 @@ def each_run(root, shaped=True):
                 run = load_json(line.decode("utf-8"), quick=True)
             except (ValueError, RecursionError):
                 continue                 # a torn line, or one that is no run
-            if isinstance(run, dict) and (not shaped or isinstance(run.get("label"), str) and
-                                          isinstance(run.get("id", ""), str)):
+            if isinstance(run, dict) and (not shaped or shown_run(run)):
                 yield run
 
 

@@ -28,6 +28,9 @@ STATUSES = ("ok", "warn", "fail", "skip")
 ORIGINS = ("shipped", "cached", "compiled", "source")
 TEXT_LINE = re.compile(r"(ok|warn|fail|skip) +(%s) +(.+)\Z" % "|".join(CHECKS))
 FIX_LINE = re.compile(r" +fix: (.+)\Z")
+# A runs.jsonl line of the one shape every tool reads (contract.md §6 rule 27).
+RUN_LINE = ('{"label": "%s", "id": "%s", "exit_code": 0, "command": "pytest", '
+            '"finished_at": "2026-01-01T00:00:00Z"}\n')
 
 
 # ---------------------------------------------------------------------------
@@ -390,7 +393,7 @@ def test_workspace_reports_context_and_runs(doctor, daemon, config, workspace):
         "session": {"id": "s", "number": 7, "agent": {"name": "a", "role": "implementer"},
                     "parent": None}}))
     (memprove / "runs.jsonl").write_text(
-        '{"label": "r1", "id": "a"}\n{"label": "r2", "id": "b"}\n{"torn')
+        RUN_LINE % ("r1", "a") + RUN_LINE % ("r2", "b") + '{"torn')
     check = doctor()["workspace"]
     assert check["status"] == "ok"
     assert check["detail"] == ("%s (found by working directory), .memprove/ present, Task 3, "
@@ -403,10 +406,10 @@ def test_a_runs_file_of_newlines_keeps_doctors_promise(doctor, daemon, workspace
     and doctor answers within MEMPROVE_TIMEOUT plus a second, counting both."""
     from test_threats import append_filler
     path = workspace / ".memprove" / "runs.jsonl"
-    path.write_text('{"label": "r1", "id": "a"}\n')
+    path.write_text(RUN_LINE % ("r1", "a"))
     append_filler(path, b"\n", 16 << 20)
     with open(str(path), "ab") as handle:
-        handle.write(b'{"label": "r2", "id": "b"}\n')
+        handle.write((RUN_LINE % ("r2", "b")).encode())
     outcome = within_its_promise(doctor)
     assert outcome.status("workspace") == "ok", outcome.out
     assert outcome["workspace"]["detail"].endswith(", 2 runs in runs.jsonl"), outcome.out

@@ -33,7 +33,7 @@ import threading
 import pytest
 
 from harness import (SAFETY_TIMEOUT, default_server_python, run_cli, server_path, snapshot,
-                     tool_value)
+                     stderr_line_ending, tool_value)
 from hardening_support import FakeDaemon, RawDaemon
 
 HOOK = ("mcp", "hook", "session-start")
@@ -635,6 +635,13 @@ def silent_world(world):
         close()
 
 
+def log_lines(path):
+    """MEMPROVE_MCP_LOG split into its lines, which end as the platform's text files do
+    (CR LF under Windows); the last element is what follows the last line end."""
+    ending = stderr_line_ending(default_server_python())
+    return path.read_bytes().split(ending)
+
+
 def assert_silent_and_wrote_nothing(world, args=("--client", "claude-code"), env=None,
                                     timeout=SAFETY_TIMEOUT):
     log = world.tmp_path / "hook.log"
@@ -644,7 +651,7 @@ def assert_silent_and_wrote_nothing(world, args=("--client", "claude-code"), env
                       timeout=timeout)
     assert_silent(done)
     assert snapshot(*watched) == before
-    lines = log.read_bytes().split(b"\n") if log.exists() else None
+    lines = log_lines(log) if log.exists() else None
     assert lines is not None and len(lines) == 2 and lines[1] == b"" and lines[0], lines
     assert world.config.token.encode() not in lines[0]
     log.unlink()
@@ -751,19 +758,19 @@ def test_the_token_is_on_no_stream_and_not_in_the_log_which_has_one_line(world):
     additional_context(done)
     token = world.config.token.encode()
     assert token not in done.stdout and token not in done.stderr
-    lines = log.read_bytes().split(b"\n")
+    lines = log_lines(log)
     assert len(lines) == 2 and lines[0] and lines[1] == b"", lines
     assert token not in lines[0]
     # A second run adds one more line.
     additional_context(world.hook(args=("--client", "claude-code"),
                                   env={"MEMPROVE_MCP_LOG": log}))
-    assert log.read_bytes().count(b"\n") == 2
+    assert len(log_lines(log)) == 3
     # The input's `source` goes to the line, which stays one line whatever it holds.
     forged = json.dumps({"cwd": server_path(world.workspace),
                          "source": "startup\nforged line\r\u2028\u001b[31m " + "x" * 5000})
     additional_context(world.hook(args=("--client", "claude-code"),
                                   env={"MEMPROVE_MCP_LOG": log}, stdin=forged.encode("utf-8")))
-    lines = log.read_bytes().split(b"\n")
+    lines = log_lines(log)
     assert len(lines) == 4 and lines[3] == b"" and b"\r" not in lines[2], lines[2][:300]
     # Given as MEMPROVE_TOKEN rather than a file, the token is still nowhere.
     world.config.token_file.unlink()

@@ -866,9 +866,9 @@ def write_kit(world, folder, *options):
     return done
 
 
-def test_the_kits_hooks_json_runs_the_hook_under_sh(world, tmp_path):
+def test_the_kits_hooks_json_runs_the_hook_under_sh(world, private_place):
     world.begin()
-    kit = tmp_path / "my kits" / "memprove kit"       # spaces: the command quotes them
+    kit = private_place / "my kits" / "memprove kit"  # spaces: the command quotes them
     kit.parent.mkdir()
     done = write_kit(world, kit)
     hooks = json.loads((kit / "memprove" / "hooks" / "hooks.json").read_text("utf-8"))
@@ -895,9 +895,9 @@ def test_the_kits_hooks_json_runs_the_hook_under_sh(world, tmp_path):
                               hook_input(world.workspace)))
 
 
-def test_a_kit_written_with_workspace_names_it_in_the_hook(world, tmp_path):
+def test_a_kit_written_with_workspace_names_it_in_the_hook(world, private_place):
     world.begin()
-    kit = tmp_path / "kit"
+    kit = private_place / "kit"
     write_kit(world, kit, "--workspace", world.workspace)
     command = session_start_commands(json.loads(
         (kit / "memprove" / "hooks" / "hooks.json").read_text("utf-8"))["hooks"])
@@ -910,15 +910,15 @@ def test_a_kit_written_with_workspace_names_it_in_the_hook(world, tmp_path):
     oracle.close()
 
 
-def test_geminis_context_file_survives_compression(world, tmp_path):
-    kit = tmp_path / "kit"
+def test_geminis_context_file_survives_compression(world, private_place):
+    kit = private_place / "kit"
     write_kit(world, kit)
     extension = json.loads((kit / "memprove" / "gemini-extension.json").read_text("utf-8"))
     assert extension["contextFileName"] == "GEMINI.md", extension
     text = (kit / "memprove" / "GEMINI.md").read_text("utf-8")
     assert "pack" in text and "memprove" in text.lower(), text
     assert len(text) < 2000, len(text)                   # short and static
-    again = tmp_path / "again"
+    again = private_place / "again"
     write_kit(world, again, "--workspace", world.workspace)
     assert (again / "memprove" / "GEMINI.md").read_text("utf-8") == text
     assert world.config.token not in text and str(world.config.dir) not in text

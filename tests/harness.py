@@ -514,6 +514,8 @@ WINDOWS_POSIX_ONLY = {
         "runs the kit's hook command with sh, as the clients do on Linux and macOS",
     "test_hook.py::test_doctors_hook_check":
         "doctor and print-config run under the tests' POSIX Python beside the server's context",
+    "test_hook.py::test_doctors_hook_check_finds_the_kit_each_client_installed":
+        "doctor and the kit run under the tests' POSIX Python beside the server's context",
 }
 
 

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,8 +33,8 @@ import threading
 
 import pytest
 
-from harness import (SAFETY_TIMEOUT, default_server_python, run_cli, server_path, snapshot,
-                     stderr_line_ending, tool_value)
+from harness import (INSTALLED, SAFETY_TIMEOUT, default_server_python, gemini_rules, run_cli,
+                     server_path, snapshot, stderr_line_ending, tool_value)
 from hardening_support import FakeDaemon, RawDaemon
 
 HOOK = ("mcp", "hook", "session-start")
@@ -966,6 +967,33 @@ def test_doctors_hook_check(world, home, client):
     assert hook["status"] == "warn" and hook["fix"], hook
     assert "begin" in hook["fix"] + hook["detail"], hook
     assert [entry["op"] for entry in world.daemon.ops] == ["listTasks"], world.daemon.ops
+
+
+@pytest.mark.parametrize("client", sorted(CLIENT_NAMES))
+def test_doctors_hook_check_finds_the_kit_each_client_installed(world, home, private_place,
+                                                               client):
+    """No hook at all: a warn whose fix writes the kit or prints the entry.  The kit installed
+    (as each client records it): ok, naming the kit's hooks.json and the Task.  The kit
+    disabled for the Workspace: a warn."""
+    args = ("--client", client)
+    world.begin()
+    hook = doctor_checks(world, *args)[1]["hook"]
+    assert hook["status"] == "warn", hook
+    assert "mcp plugin" in hook["fix"] and "print-config --hook --client " + client in hook["fix"]
+    kit = private_place / "kit"
+    write_kit(world, kit)
+    INSTALLED[client](home, kit)
+    hook = doctor_checks(world, *args)[1]["hook"]
+    assert hook["status"] == "ok" and "hooks.json" in hook["detail"], hook
+    assert "Task 1" in hook["detail"], hook
+    if client == "gemini":
+        gemini_rules(home, ["!%s/*" % server_path(world.workspace)])
+    else:
+        shutil.rmtree(str(home / ".claude"), ignore_errors=True)
+        shutil.rmtree(str(home / ".codex"), ignore_errors=True)
+        INSTALLED[client](home, kit, enabled=False)
+    hook = doctor_checks(world, *args)[1]["hook"]
+    assert hook["status"] == "warn" and "disabled" in hook["detail"], hook
 
 
 def test_doctor_has_no_hook_check_for_a_client_without_one(world):

@@ -115,7 +115,8 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   file_lock          how context.lock is locked: flock, or msvcrt's byte lock
 #   opener             the command that opens a file as a double-click would,
 #                      where Claude Desktop runs
-#   hook_shell         the shell clients run a hook's command with (SHELLS below)
+#   hook_shell         the shell every client runs a hook's command with, or None
+#                      where each runs it its own way (HOOK_FORMS)
 #   separator          what joins a folder and a name in a path printed for the platform
 #   share_modes        a file another process has open cannot be opened or
 #                      replaced for a while: a refusal is waited out, not
@@ -138,7 +139,7 @@ PLATFORMS = {
               "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
               "socket_tables": None, "share_modes": True, "file_lock": "msvcrt",
-              "opener": "Invoke-Item -LiteralPath", "hook_shell": "sh",
+              "opener": "Invoke-Item -LiteralPath", "hook_shell": None,
               "separator": "\\"},
 }
 
@@ -425,8 +426,8 @@ def print_hook_config(name, program, options):
         sys.stderr.write("memprove-mcp: %s runs no session-start hook; its model reads the "
                          "server's instructions, which say to call pack first.\n" % name)
         return 1
-    words = [utf8_text(os.path.abspath(sys.executable)), utf8_text(program)] + \
-        [utf8_text(word) for word in options]
+    words = [utf8_text(os.path.abspath(sys.executable)), utf8_text(program), "mcp", "hook",
+             "session-start"] + [utf8_text(word) for word in options]
     expanded = expanded_by(name, words)
     if expanded:
         sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
@@ -434,7 +435,7 @@ def print_hook_config(name, program, options):
                          % (shown_path(expanded[0]), expanded[1], name))
         return 1
     try:
-        text = json_text(hook_document(hook_command(words[0], words[1], words[2:], name)))
+        text = json_text(hook_document(hook_handler(words + ["--client", name], (name,))))
         data = text.encode("utf-8")
     except ValueError:
         sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
@@ -568,7 +569,10 @@ def client(file_format, shape, where, project_file=None, env=None, user_files=()
     `agent` is the name the client sends as clientInfo.name.  `hook`, for a
     client that runs a session-start hook: (the variable it sets for its
     hooks, (base, path parts) of each of its own files that may hold a hook
-    entry, the user's last: print-config --hook names that one).
+    entry, the user's last: print-config --hook names that one; how its
+    handler names the command on Windows, HOOK_FORMS; and, for a client that
+    runs a kit's hook only once the user trusts it, the function that says
+    why doctor finds it not trusted, or None).
     """
     if not isinstance(user_files, dict):
         user_files = {"posix": user_files}
@@ -586,11 +590,12 @@ CLIENTS = {
                     ("home", (".claude.json",), ())),
         expands=("${",), agent="claude-code",
         hook=("CLAUDECODE", (("root", (".claude", "settings.json")),
-                             ("home", (".claude", "settings.json"))))),
+                             ("home", (".claude", "settings.json"))), "exec", None)),
     "codex": client(
         "toml", codex_entry, "{user}",
         user_files=(("codex", ("config.toml",), ()),), agent="codex-mcp-client",
-        hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),))),
+        hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),), "cmd",
+              lambda found, handler: codex_hook_distrust(found, handler))),
     "gemini": client(
         "json", servers_entry("mcpServers"),
         "{project} (project) or in {user} (user); Gemini starts it only in a trusted folder",
@@ -598,7 +603,7 @@ CLIENTS = {
         user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",),
         agent="gemini-cli-mcp-client",
         hook=("GEMINI_SESSION_ID", (("root", (".gemini", "settings.json")),
-                                    ("home", (".gemini", "settings.json"))))),
+                                    ("home", (".gemini", "settings.json"))), "powershell", None)),
     "opencode": client(
         "json", opencode_entry, "{project} (project) or in {user} (user)",
         project_file=("opencode.json",),
@@ -919,7 +924,7 @@ KIT_SERVERS = {
     "claude-code": (kit_server("${CLAUDE_PLUGIN_ROOT}/", stdio_type=True), ("${",)),
     "codex": (kit_server(kit_plugin_folder, trailing=(("env_vars", list(SHELL_VARIABLES)),)),
               ("${",)),
-    "gemini": (kit_server("${extensionPath}${/}"), ("$",)),
+    "gemini": (kit_server("${extensionPath}${/}" + KIT_NAME + "${/}"), ("$",)),
     "claude-desktop": (kit_server("${__dirname}/"), ("${",)),
 }
 
@@ -953,19 +958,65 @@ def kit_gemini_extension(kit):
             "contextFileName": KIT_GEMINI_CONTEXT}
 
 
-def kit_hooks(kit):
-    """hooks/hooks.json, which Claude Code, Codex and Gemini CLI all read from
-    a plugin: one SessionStart entry with no matcher (every source runs it;
-    an alternation made Gemini 0.61.0 run nothing) and no timeout (Claude Code
-    reads seconds, Gemini milliseconds; the command bounds itself)."""
-    return hook_document(kit["hook_command"], "The memprove Pack of the context's Task "
-                         "at every session start")
+def kit_hooks(*clients):
+    """A hooks/hooks.json for `clients`, which read it from a plugin (Claude
+    Code and Codex from the plugin's folder, Gemini CLI from the extension's,
+    the kit's root): one SessionStart entry with no matcher (every source runs
+    it; an alternation made Gemini 0.61.0 run nothing) and no timeout (Claude
+    Code reads seconds, Gemini milliseconds; the command bounds itself)."""
+    return lambda kit: hook_document(hook_handler(kit["hook_words"], clients),
+                                     "The memprove Pack of the context's Task at every session start")
 
 
-def hook_document(command, description=None):
+def hook_document(handler, description=None):
     document = {"description": description} if description else {}
-    document["hooks"] = {"SessionStart": [{"hooks": [{"type": "command", "command": command}]}]}
+    document["hooks"] = {"SessionStart": [{"hooks": [handler]}]}
     return document
+
+
+# How a client's hook handler names the command on Windows, where each runs
+# hooks its own way: Claude Code through Git Bash or PowerShell, or with no
+# shell when the handler has `args` (the one form that runs under Wine, whose
+# PowerShell is a stub); Codex through cmd.exe, from `commandWindows`; Gemini
+# CLI through PowerShell, where a quoted program needs the call operator.
+# Elsewhere all three run `command` with POSIX sh (Codex: $SHELL -lc).
+HOOK_FORMS = {
+    "cmd": lambda words: {"commandWindows": cmd_line(words)},
+    "powershell": lambda words: {"command": "& " + " ".join(
+        powershell_word(word) for word in words)},
+    "exec": lambda words: {"command": words[0], "args": words[1:]},
+}
+
+
+def hook_handler(words, clients, platform=PLATFORM):
+    """The handler that runs `words` for every one of `clients`: one command
+    for POSIX sh, or on Windows each client's form (HOOK_FORMS) side by side,
+    each client reading its own keys and leaving the others'."""
+    handler = {"type": "command"}
+    if PLATFORMS[platform]["hook_shell"] == "sh":
+        handler["command"] = " ".join(sh_word(word) for word in words)
+        return handler
+    forms = set(CLIENTS[name]["hook"][2] for name in clients)
+    for form in HOOK_FORMS:              # "exec" last: its `command` is the program alone
+        if form in forms:
+            handler.update(HOOK_FORMS[form](words))
+    handler.setdefault("command", handler.get("commandWindows"))
+    return handler
+
+
+def cmd_line(words):
+    """A command line for `cmd /C`, which takes the first and the last double
+    quote off a line that starts with one: a quoted program gets one more
+    pair around the whole line (as `cmd /?` says)."""
+    line = " ".join(cmd_word(word) for word in words)
+    return '"%s"' % line if line.startswith('"') else line
+
+
+def cmd_word(word):
+    """A word as cmd.exe passes it on: double-quoted when it holds a space or
+    one of cmd's own characters (a path of Windows holds no double quote, and
+    mcp plugin refuses one holding %, which cmd expands even there)."""
+    return word if word and not any(char in word for char in ' \t&|<>^()",;=') else '"%s"' % word
 
 
 # Gemini's context file stays through a compression, which drops what the
@@ -1025,9 +1076,12 @@ KIT_FILES = (
     ((KIT_NAME, ".codex-plugin", "plugin.json"),
      json_file(kit_plugin(servers="./.codex-plugin/mcp.json"))),
     ((KIT_NAME, ".codex-plugin", "mcp.json"), json_file(kit_servers("codex"))),
-    ((KIT_NAME, "gemini-extension.json"), json_file(kit_gemini_extension)),
-    ((KIT_NAME, KIT_GEMINI_CONTEXT), lambda kit: KIT_GEMINI_TEXT.encode("utf-8")),
-    ((KIT_NAME, "hooks", "hooks.json"), json_file(kit_hooks)),
+    ((KIT_NAME, "hooks", "hooks.json"), json_file(kit_hooks("claude-code", "codex"))),
+    # Gemini CLI's extension is the kit's folder itself: its hooks file cannot be the
+    # plugin's, whose Windows handler Gemini would run without its arguments.
+    (("gemini-extension.json",), json_file(kit_gemini_extension)),
+    ((KIT_GEMINI_CONTEXT,), lambda kit: KIT_GEMINI_TEXT.encode("utf-8")),
+    (("hooks", "hooks.json"), json_file(kit_hooks("gemini"))),
     ((KIT_NAME, KIT_ARCHIVE), lambda kit: kit["archive"]),
     ((KIT_NAME, "README.md"), lambda kit: kit_readme(kit).encode("utf-8")),
     ((KIT_NAME + ".mcpb",), bundle_file),
@@ -1088,8 +1142,8 @@ def kit_values(options, folder):
         args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
     kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
            "args": args, "archive": archive, "folder": utf8_text(folder)}
-    kit["hook_command"] = hook_command(
-        kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE), args[2:])
+    kit["hook_words"] = [kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE),
+                         "mcp", "hook", "session-start"] + args[2:]
     kit["version"] = kit_version(kit)
     kit["commands"] = kit_commands(folder, kit["version"])
     return kit
@@ -1109,14 +1163,6 @@ def kit_version(kit):
 KIT_UNVERSIONED = (".mcp.json", "mcp.json", KIT_GEMINI_CONTEXT, "hooks.json")
 
 
-def hook_command(python, program, options, client=None, platform=PLATFORM):
-    """The command line a client's hook runs: the interpreter and the .pyz by
-    their paths (no client expands the others' root variables), quoted for
-    the shell the client runs it with on `platform`."""
-    words = [python, program, "mcp", "hook", "session-start"] + list(options)
-    words += ["--client", client] if client else []
-    shell = SHELLS[PLATFORMS[platform]["hook_shell"]]
-    return " ".join(shell_word(shell, word) for word in words)
 
 
 def kit_refusal(kit, folder):
@@ -1130,6 +1176,9 @@ def kit_refusal(kit, folder):
             # §6 rule 29: no quoting keeps it on one line of the commands printed.
             return ("%s holds a control character or a line break; use a path without "
                     "it." % shown_path(value))
+        if "%" in value and PLATFORMS[PLATFORM]["hook_shell"] is None:
+            return ("%s holds %%, which cmd.exe would expand in Codex's hook; use a path "
+                    "without it." % shown_path(value))
         for client, (_, expands) in KIT_SERVERS.items():
             marker = next((marker for marker in expands if marker in value), None)
             # The folder too: every client reads it in the hook's command.
@@ -1282,14 +1331,14 @@ def write_kit(kit, folder):
 # What standard output says after the kit is written: per client, the
 # commands that install it, in the platform's shell, then those that make a
 # client take a kit written again (Claude Code and Codex read the folder in
-# place, Gemini CLI copies it).  {folder}, {extension} and {bundle} are the
+# place, Gemini CLI copies it).  {folder} and {bundle} are the
 # kit's paths quoted for that shell, {open} the platform's opener; a client
 # whose commands need one the platform lacks (Claude Desktop on Linux) is left out.
 KIT_INSTALL = (
     ("Claude Code", ("claude plugin marketplace add {folder}",
                      "claude plugin install memprove@memprove")),
     ("Codex CLI", ("codex plugin marketplace add {folder}", "codex plugin add memprove@memprove")),
-    ("Gemini CLI", ("gemini extensions install {extension} --consent",)),
+    ("Gemini CLI", ("gemini extensions install {folder} --consent",)),
     ("Claude Desktop", ("{open} {bundle}",)),
 )
 # What enables a kit a client disabled: Codex has no enable command, and adding
@@ -1305,7 +1354,7 @@ KIT_PREFACE = (
     "Claude Code and Codex read it in place: keep the folder where it is.",
     "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
     "Each session then starts with the Pack of the Task you work on (the kit's hook);",
-    "Codex runs that hook only once you trust it: start `codex` once and approve it.",
+    "Codex runs that hook only once you trust it: start `codex` once and trust the hooks.",
     "",
 )
 
@@ -1313,7 +1362,6 @@ KIT_PREFACE = (
 def kit_commands(folder, version, platform=PLATFORM):
     shell, separator = SHELLS[PLATFORMS[platform]["shell"]], PLATFORMS[platform]["separator"]
     paths = {"folder": shell_word(shell, folder),
-             "extension": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME),
              "bundle": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME + ".mcpb"),
              "open": PLATFORMS[platform]["opener"]}
     lines = [line.format(version=version, folder=shown_path(folder)) for line in KIT_PREFACE]
@@ -5678,7 +5726,7 @@ def check_hook(found):
     name = found["options"].get("client") or "claude-code"
     if not CLIENTS[name]["hook"]:
         return None
-    place, disabled = find_hook(name, found)
+    place, disabled, handler = find_hook(name, found)
     if place is None:
         return ("warn", None, "%s runs no memprove session-start hook: a session starts "
                 "without the Pack unless the model calls pack" % name,
@@ -5687,11 +5735,16 @@ def check_hook(found):
                     doctor_command(found, "mcp", "print-config", "--hook", "--client", name)))
     if disabled:
         return "warn", None, "the session-start hook in %s is %s" % (place, disabled[0]), disabled[1]
+    distrust = CLIENTS[name]["hook"][3]
+    untrusted = distrust and handler and distrust(found, handler)
+    if untrusted:
+        return "warn", None, "the session-start hook in %s %s" % (place, untrusted[0]), untrusted[1]
     why = [check for check in ("token", "data_dir", "workspace", "daemon")
            if check in found["failed"]]
     if why:
-        return ("warn", None, "%s runs the hook in %s, but it would stay silent: the %s check "
-                "failed" % (name, place, " and ".join(why)), "the fix of the %s check" % why[0])
+        return ("warn", None, "%s runs the hook in %s, but it would stay silent: the %s "
+                "check%s failed" % (name, place, " and ".join(why), "s" if len(why) > 1 else ""),
+                "see the fix of the %s check above" % why[0])
     if not found.get("task"):
         return ("warn", None, "%s runs the hook in %s, but it stays silent until the context "
                 "names a Task" % (name, place),
@@ -5701,33 +5754,74 @@ def check_hook(found):
 
 
 def find_hook(name, found):
-    """(where, disabled) of the memprove session-start hook client `name`
-    runs: its own file's entry, else the kit's hooks/hooks.json; (None, None)
-    when it runs none.  `disabled` is the kit's (why, fix), or None."""
+    """(where, disabled, handler) of the memprove session-start hook client
+    `name` runs: its own file's entry (handler None), else the kit's
+    hooks/hooks.json; (None, None, None) when it runs none.  `disabled` is
+    the kit's (why, fix), or None."""
     for base, parts in CLIENTS[name]["hook"][1]:
         path = place_path(base, parts, found["environ"], found.get("root"), found["platform"])
-        if path and session_start_commands(small_json(path)):
-            return shown_path(path), None
+        if path and session_start_handlers(small_json(path)):
+            return shown_path(path), None, None
     kit = KIT_FINDERS[name](found)
     if kit is None:
-        return None, None
+        return None, None, None
     hooks = os.path.join(kit["plugin"], "hooks", "hooks.json")
-    if not session_start_commands(small_json(hooks)):
-        return None, None
-    return "%s (from a plugin kit)" % shown_path(hooks), kit.get("disabled")
+    handlers = session_start_handlers(small_json(hooks))
+    if not handlers:
+        return None, None, None
+    return "%s (from a plugin kit)" % shown_path(hooks), kit.get("disabled"), handlers[0]
 
 
-def session_start_commands(document):
-    """The commands of a hooks document's SessionStart entries that run `mcp hook session-start`."""
+def session_start_handlers(document):
+    """The handlers of a hooks document's SessionStart entries that run `mcp
+    hook session-start`: in their command, its arguments (the form with no
+    shell) or Codex's Windows command."""
     hooks = document.get("hooks") if isinstance(document, dict) else None
     entries = hooks.get("SessionStart") if isinstance(hooks, dict) else None
-    commands = []
+    found = []
     for entry in entries if isinstance(entries, list) else ():
         for hook in (entry.get("hooks") if isinstance(entry, dict) else None) or ():
-            command = hook.get("command") if isinstance(hook, dict) else None
-            if isinstance(command, str) and "mcp hook session-start" in command:
-                commands.append(command)
-    return commands
+            if not isinstance(hook, dict):
+                continue
+            args = hook.get("args") if isinstance(hook.get("args"), list) else []
+            words = [hook.get("command"), hook.get("commandWindows")] + args
+            if "mcp hook session-start" in " ".join(word for word in words
+                                                    if isinstance(word, str)):
+                found.append(hook)
+    return found
+
+
+# Codex keeps the hooks the user trusted in config.toml, each under a key
+# naming the plugin, the file, the event and the handler's place, with the
+# SHA-256 of the handler as Codex sees it (its defaults filled in); measured
+# with Codex 0.171.0 (session-start.md).
+CODEX_HOOK_KEY = KIT_PLUGIN_ID + ":hooks/hooks.json:session_start:0:0"
+CODEX_HOOK_STATE = Pattern(r"""\s*\[\s*hooks\s*\.\s*state\s*\.\s*["']%s["']\s*(\])"""
+                           % CODEX_HOOK_KEY.replace(".", "\\."))
+
+
+def codex_hook_distrust(found, handler):
+    """(why, fix) when Codex has not trusted the kit's hook `handler`, or None
+    (trusted, or a handler whose hash is not known: a Windows one)."""
+    if set(handler) != {"type", "command"} or not isinstance(handler["command"], str):
+        return None
+    import hashlib
+    seen = {"event_name": "session_start", "hooks": [{"async": False, "command": handler["command"],
+                                                      "timeout": 600, "type": "command"}]}
+    import json
+    digest = "sha256:" + hashlib.sha256(json.dumps(
+        seen, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+    config = os.path.join(PLACES["codex"](found["environ"], None, found["platform"]), "config.toml")
+    try:
+        state = toml_client_entry(user_text(read_regular(config, MAX_CLIENT_FILE)[0]),
+                                  CODEX_HOOK_STATE)
+    except (OSError, ValueError):
+        state = None
+    if state and state["env"].get("trusted_hash") == digest:
+        return None
+    return ("is not trusted by Codex, which skips it without a word",
+            "start `codex` in %s once and choose to trust the hooks" % shown_path(
+                found.get("root") or "your project"))
 
 
 # §6 rule 25: variables that make the interpreter or the loader run other
@@ -5914,7 +6008,7 @@ def gemini_kit_entry(found):
     rules = os.path.join(extensions, "extension-enablement.json")
     here = found.get("root") or working_directory()
     return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
-            "folder": source and os.path.dirname(source), "manifest": path, "plugin": root,
+            "folder": source and kit_folder_of(source), "manifest": path, "plugin": root,
             "disabled": None if not here or gemini_enabled(small_json(rules), here) else (
                 "disabled for %s by %s" % (shown_path(here), shown_path(rules)),
                 fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))}
@@ -5981,6 +6075,14 @@ def folder_glob_matches(glob, path):
         if not at and not inside:
             return False
     return bool(at >> len(tokens) & 1)
+
+
+def kit_folder_of(source):
+    """The kit's folder from the extension's source: the kit's own folder, or
+    (a kit written before the extension moved to the kit's root) its plugin's."""
+    if os.path.isfile(os.path.join(source, ".claude-plugin", "marketplace.json")):
+        return source
+    return os.path.dirname(source)
 
 
 KIT_FINDERS = {"claude-code": claude_kit_entry, "codex": codex_kit_entry,

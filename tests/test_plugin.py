@@ -29,9 +29,10 @@ KIT_FILES = {
     "memprove/.mcp.json",
     "memprove/.codex-plugin/plugin.json",
     "memprove/.codex-plugin/mcp.json",
-    "memprove/gemini-extension.json",
-    "memprove/GEMINI.md",
     "memprove/hooks/hooks.json",
+    "gemini-extension.json",
+    "GEMINI.md",
+    "hooks/hooks.json",
     "memprove/memprove_mcp.pyz",
     "memprove/README.md",
     "memprove.mcpb",
@@ -42,11 +43,11 @@ KIT_FILES = {
 SERVER_ENTRIES = {
     "claude-code": ("memprove/.mcp.json", ("mcpServers", "memprove"), "${CLAUDE_PLUGIN_ROOT}/"),
     "codex": ("memprove/.codex-plugin/mcp.json", ("mcpServers", "memprove"), None),
-    "gemini": ("memprove/gemini-extension.json", ("mcpServers", "memprove"),
-               "${extensionPath}${/}"),
+    "gemini": ("gemini-extension.json", ("mcpServers", "memprove"),
+               "${extensionPath}${/}memprove${/}"),
 }
 VERSIONED = ("memprove/.claude-plugin/plugin.json", "memprove/.codex-plugin/plugin.json",
-             "memprove/gemini-extension.json")
+             "gemini-extension.json")
 HEADINGS = ("Claude Code:", "Codex CLI:", "Gemini CLI:", "Claude Desktop:",
             "To update after writing the kit again:")
 
@@ -305,7 +306,7 @@ def test_standard_output_gives_each_clients_commands_for_this_shell(
                          "claude plugin install memprove@memprove"],
         "Codex CLI:": ["codex plugin marketplace add " + quoted,
                        "codex plugin add memprove@memprove"],
-        "Gemini CLI:": ["gemini extensions install '%s' --consent" % (folder / "memprove")],
+        "Gemini CLI:": ["gemini extensions install '%s' --consent" % folder],
         # No Claude Desktop block: it runs on macOS and Windows only.
         "To update after writing the kit again:": ["claude plugin update memprove@memprove",
                                                    "codex plugin add memprove@memprove",

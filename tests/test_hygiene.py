@@ -329,3 +329,26 @@ def test_rule19_the_examples_use_private_directories():
     shared = [line for path, line in named if path.startswith(SHARED_FOLDERS)]
     assert shared == [], "an example puts a data directory or token file in a folder every " \
         "user can write:\n" + "\n".join(shared)
+
+
+# Issue 31: the README's test command works on a distro's own python3 ("externally managed",
+# PEP 668) because it installs into a virtual environment; CI runs that very command.
+def readme_test_command():
+    """The README's one example line that runs pytest, its comment dropped."""
+    found = [line.split("  #")[0].strip()
+             for line in example_lines((REPO / "README.md").read_text("utf-8"))
+             if "-m pytest" in line]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_ci_and_contributing_run_the_readme_test_command():
+    command = readme_test_command()
+    assert command.startswith("python3 -m venv .venv && "), command
+    assert "-m pip install -e '.[test]'" in command and " python3 -m pip" not in command
+    ci = (REPO / ".ci" / "run").read_text("utf-8").splitlines()
+    assert command in ci, ".ci/run does not run the README's test command"
+    contributing = example_lines((REPO / "CONTRIBUTING.md").read_text("utf-8"))
+    assert command in [line.split("  #")[0].strip() for line in contributing]
+    ignored = (REPO / ".gitignore").read_text("utf-8").splitlines()
+    assert "/.venv/" in ignored

@@ -17,6 +17,9 @@ received carried the token in the Authorization header only.
 import json
 import os
 import re
+import shlex
+import subprocess
+import sys
 
 import pytest
 
@@ -352,3 +355,40 @@ def test_ci_and_contributing_run_the_readme_test_command():
     assert command in [line.split("  #")[0].strip() for line in contributing]
     ignored = (REPO / ".gitignore").read_text("utf-8").splitlines()
     assert "/.venv/" in ignored
+
+
+def example_blocks(text):
+    """The fenced code blocks of a Markdown text, each as one string."""
+    blocks, current = [], None
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if current is None:
+                current = []
+            else:
+                blocks.append("\n".join(current) + "\n")
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_the_readme_by_hand_lines_speak_mcp(pyz, config, daemon, workspace, make_env):
+    """The README's lines to paste (issue 31, item 8), run by sh with the built .pyz in place
+    of dist/'s: server/discover's answer, then the `tasks` tool's, from the daemon."""
+    found = [block for block in example_blocks((REPO / "README.md").read_text("utf-8"))
+             if "server/discover" in block]
+    assert len(found) == 1, found
+    assert found[0].count("python3 dist/memprove_mcp.pyz mcp serve") == 1, found[0]
+    script = found[0].replace("python3 dist/memprove_mcp.pyz", "%s %s" % (
+        shlex.quote(sys.executable), shlex.quote(str(pyz))))
+    done = subprocess.run(["sh", "-c", script], env=make_env(config.env()), cwd=str(workspace),
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=60)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.decode("utf-8").splitlines()]
+    assert [answer["id"] for answer in answers] == [1, 2], answers
+    assert "2026-07-28" in answers[0]["result"]["supportedVersions"]
+    tasks = answers[1]["result"]
+    assert tasks.get("isError") is not True, tasks
+    assert tasks["structuredContent"]["tasks"] == []
+    assert [op["op"] for op in daemon.ops] == ["listTasks"]

@@ -115,6 +115,7 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   file_lock          how context.lock is locked: flock, or msvcrt's byte lock
 #   opener             the command that opens a file as a double-click would,
 #                      where Claude Desktop runs
+#   hook_shell         the shell clients run a hook's command with (SHELLS below)
 #   share_modes        a file another process has open cannot be opened or
 #                      replaced for a while: a refusal is waited out, not
 #                      reported (the C runtime's open gives no winerror, so
@@ -124,17 +125,18 @@ PLATFORMS = {
               "home": "HOME", "versioned_python": "python{0}",
               "posix_files": True, "drive_letters": False, "system_path": None,
               "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False,
-              "file_lock": "flock", "opener": None},
+              "file_lock": "flock", "opener": None, "hook_shell": "sh"},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
                "home": "HOME", "versioned_python": "python{0}",
                "posix_files": True, "drive_letters": False,
                "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None,
-               "share_modes": False, "file_lock": "flock", "opener": "open"},
+               "share_modes": False, "file_lock": "flock", "opener": "open",
+               "hook_shell": "sh"},
     "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
               "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
               "socket_tables": None, "share_modes": True, "file_lock": "msvcrt",
-              "opener": "Invoke-Item"},
+              "opener": "Invoke-Item", "hook_shell": "sh"},
 }
 
 
@@ -247,6 +249,8 @@ usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
        memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR] [--client NAME]
                                    [--json]
        memprove_mcp.pyz mcp plugin DIR [--config-dir DIR] [--workspace DIR]
+       memprove_mcp.pyz mcp hook session-start [--config-dir DIR] [--workspace DIR]
+                                               [--client NAME]
        memprove_mcp.pyz --version | --help
 
   mcp serve         serve MCP on standard input and output until end of input
@@ -256,12 +260,16 @@ usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
                     call will take it, and say what to fix; writes nothing
   mcp plugin DIR    write into DIR a kit that Claude Code, Codex, Gemini CLI and Claude
                     Desktop install the server from, and print the commands that do it
+  mcp hook session-start
+                    (run by a client's SessionStart hook) print the Pack of the context's
+                    Task for the model's first request, or nothing; writes nothing
   --config-dir DIR  the memprove configuration directory (token, data-dir)
   --workspace DIR   start the Workspace search in DIR (for a client whose working
                     directory is not the project)
   --python          name this interpreter as the command and the .pyz as its first argument
+  --hook            (print-config) print the client's session-start hook entry instead
   --client NAME     the client whose format to print, or whose entry to check
-                    (default claude-code): %s
+                    (default claude-code), or that runs the hook: %s
   --json            (doctor) one JSON object instead of lines
 """
 
@@ -290,17 +298,23 @@ def main(argv=None):
         return doctor(options)
     if command == "plugin":
         return plugin(options)
+    if command == "hook":
+        return session_start_hook(options)
     return serve(options)
 
 
-COMMANDS = ("serve", "print-config", "doctor", "plugin")
+COMMANDS = ("serve", "print-config", "doctor", "plugin", "hook")
+HOOK_EVENTS = ("session-start",)        # the word `mcp hook` takes
 # Every option: its key in `options`, the commands that take it, and what its
 # value must be (None for a flag).
 OPTIONS = {
-    "--config-dir": ("config_dir", ("serve", "print-config", "doctor", "plugin"), "a directory"),
-    "--workspace": ("workspace", ("serve", "print-config", "doctor", "plugin"), "a directory"),
-    "--client": ("client", ("print-config", "doctor"), "a client name"),
+    "--config-dir": ("config_dir", ("serve", "print-config", "doctor", "plugin", "hook"),
+                     "a directory"),
+    "--workspace": ("workspace", ("serve", "print-config", "doctor", "plugin", "hook"),
+                    "a directory"),
+    "--client": ("client", ("print-config", "doctor", "hook"), "a client name"),
     "--python": ("python", ("print-config",), None),
+    "--hook": ("hook", ("print-config",), None),
     "--json": ("json", ("doctor",), None),
 }
 
@@ -312,10 +326,14 @@ def parse_command_line(argv):
         return "version", {}
     if len(argv) < 2 or argv[0] != "mcp" or argv[1] not in COMMANDS:
         raise UsageError("expected 'mcp serve', 'mcp print-config', 'mcp doctor', "
-                         "'mcp plugin DIR', --version or --help")
+                         "'mcp plugin DIR', 'mcp hook session-start', --version or --help")
     command, rest = argv[1], argv[2:]
     options = dict((key, None) for key, _, _ in OPTIONS.values())
     options["folder"] = None
+    if command == "hook":
+        if not rest or rest[0] not in HOOK_EVENTS:
+            raise UsageError("'mcp hook' takes the event: %s" % ", ".join(HOOK_EVENTS))
+        options["event"] = rest.pop(0)
     while rest:
         word = rest.pop(0)
         name = word.partition("=")[0]
@@ -368,6 +386,8 @@ def print_config(options):
     if workspace:
         workspace = os.path.abspath(os.path.expanduser(workspace))
         args += ["--workspace", workspace]
+    if options.get("hook"):
+        return print_hook_config(options.get("client") or "claude-code", program, args[2:])
     if options.get("python") or PLATFORMS[PLATFORM]["interpreter_first"]:
         command, args = os.path.abspath(sys.executable), [program] + args
     else:
@@ -392,6 +412,35 @@ def print_config(options):
         return 1
     write_stdout_bytes(data)
     sys.stderr.write(where)
+    return 0
+
+
+def print_hook_config(name, program, options):
+    """Print client `name`'s session-start hook entry for its own file."""
+    hook = CLIENTS[name]["hook"]
+    if not hook:
+        sys.stderr.write("memprove-mcp: %s runs no session-start hook; its model reads the "
+                         "server's instructions, which say to call pack first.\n" % name)
+        return 1
+    words = [utf8_text(os.path.abspath(sys.executable)), utf8_text(program)] + \
+        [utf8_text(word) for word in options]
+    expanded = expanded_by(name, words)
+    if expanded:
+        sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
+                         "configuration; use a path without it.\n"
+                         % (shown_path(expanded[0]), expanded[1], name))
+        return 1
+    try:
+        text = json_text(hook_document(hook_command(words[0], words[1], words[2:], name)))
+        data = text.encode("utf-8")
+    except ValueError:
+        sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
+                         "no client could read it.\n")
+        return 1
+    path = place_path(hook[1][-1][0], hook[1][-1][1], os.environ, None)
+    write_stdout_bytes(data)
+    sys.stderr.write("memprove-mcp: merge this into %s: its SessionStart list, beside any hook "
+                     "already there.\n" % shown_path(path))
     return 0
 
 
@@ -501,7 +550,7 @@ def token_file_reference(environ, workspace):
 
 
 def client(file_format, shape, where, project_file=None, env=None, user_files=(),
-           expands=()):
+           expands=(), agent=None, hook=None):
     """One row of CLIENTS.
 
     `where` is the standard-error line's place, `{project}` standing for the
@@ -513,12 +562,16 @@ def client(file_format, shape, where, project_file=None, env=None, user_files=()
     client keeps them elsewhere per platform.  "<root>" in the keys stands
     for the Workspace root.  `expands` lists what the client replaces in its
     configuration's values (`${` in Claude Code's), refused in a path.
+    `agent` is the name the client sends as clientInfo.name.  `hook`, for a
+    client that runs a session-start hook: (the variable it sets for its
+    hooks, (base, path parts) of each of its own files that may hold a hook
+    entry, the user's last: print-config --hook names that one).
     """
     if not isinstance(user_files, dict):
         user_files = {"posix": user_files}
     return {"format": file_format, "shape": shape, "where": where,
             "project_file": project_file, "env": env, "user_files": user_files,
-            "expands": expands}
+            "expands": expands, "agent": agent, "hook": hook}
 
 
 CLIENTS = {
@@ -528,15 +581,21 @@ CLIENTS = {
         project_file=(".mcp.json",),
         user_files=(("home", (".claude.json",), ("projects", "<root>")),
                     ("home", (".claude.json",), ())),
-        expands=("${",)),
+        expands=("${",), agent="claude-code",
+        hook=("CLAUDECODE", (("root", (".claude", "settings.json")),
+                             ("home", (".claude", "settings.json"))))),
     "codex": client(
         "toml", codex_entry, "{user}",
-        user_files=(("codex", ("config.toml",), ()),)),
+        user_files=(("codex", ("config.toml",), ()),), agent="codex-mcp-client",
+        hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),))),
     "gemini": client(
         "json", servers_entry("mcpServers"),
         "{project} (project) or in {user} (user); Gemini starts it only in a trusted folder",
         project_file=(".gemini", "settings.json"), env=token_file_reference,
-        user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",)),
+        user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",),
+        agent="gemini-cli-mcp-client",
+        hook=("GEMINI_SESSION_ID", (("root", (".gemini", "settings.json")),
+                                    ("home", (".gemini", "settings.json"))))),
     "opencode": client(
         "json", opencode_entry, "{project} (project) or in {user} (user)",
         project_file=("opencode.json",),
@@ -887,7 +946,34 @@ def kit_servers(client):
 
 def kit_gemini_extension(kit):
     return {"name": KIT_NAME, "version": kit["version"],
-            "mcpServers": {KIT_NAME: KIT_SERVERS["gemini"][0](kit)}}
+            "mcpServers": {KIT_NAME: KIT_SERVERS["gemini"][0](kit)},
+            "contextFileName": KIT_GEMINI_CONTEXT}
+
+
+def kit_hooks(kit):
+    """hooks/hooks.json, which Claude Code, Codex and Gemini CLI all read from
+    a plugin: one SessionStart entry with no matcher (every source runs it;
+    an alternation made Gemini 0.61.0 run nothing) and no timeout (Claude Code
+    reads seconds, Gemini milliseconds; the command bounds itself)."""
+    return hook_document(kit["hook_command"], "The memprove Pack of the context's Task "
+                         "at every session start")
+
+
+def hook_document(command, description=None):
+    document = {"description": description} if description else {}
+    document["hooks"] = {"SessionStart": [{"hooks": [{"type": "command", "command": command}]}]}
+    return document
+
+
+# Gemini's context file stays through a compression, which drops what the
+# hook gave; Gemini runs no hook after one.
+KIT_GEMINI_CONTEXT = "GEMINI.md"
+KIT_GEMINI_TEXT = """# memprove
+
+This project keeps its working memory in the memprove ledger. If no memprove Pack (a text
+opening with "Resuming Task") is in this conversation, call the `pack` tool of the memprove
+server before anything else.
+"""
 
 
 def kit_bundle_manifest(kit):
@@ -937,6 +1023,8 @@ KIT_FILES = (
      json_file(kit_plugin(servers="./.codex-plugin/mcp.json"))),
     ((KIT_NAME, ".codex-plugin", "mcp.json"), json_file(kit_servers("codex"))),
     ((KIT_NAME, "gemini-extension.json"), json_file(kit_gemini_extension)),
+    ((KIT_NAME, KIT_GEMINI_CONTEXT), lambda kit: KIT_GEMINI_TEXT.encode("utf-8")),
+    ((KIT_NAME, "hooks", "hooks.json"), json_file(kit_hooks)),
     ((KIT_NAME, KIT_ARCHIVE), lambda kit: kit["archive"]),
     ((KIT_NAME, "README.md"), lambda kit: kit_readme(kit).encode("utf-8")),
     ((KIT_NAME + ".mcpb",), bundle_file),
@@ -996,10 +1084,36 @@ def kit_values(options, folder):
     if workspace:
         args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
     kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
-           "args": args, "archive": archive, "folder": utf8_text(folder),
-           "version": archive_version(archive)}
+           "args": args, "archive": archive, "folder": utf8_text(folder)}
+    kit["hook_command"] = hook_command(
+        kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE), args[2:])
+    kit["version"] = kit_version(kit)
     kit["commands"] = kit_commands(folder, kit["version"])
     return kit
+
+
+def kit_version(kit):
+    """The archive's version, and a digest of every other file that does not
+    name the version: whatever changes in the kit, a client sees an update."""
+    import hashlib
+    digest = hashlib.sha256()
+    for parts, make in KIT_FILES:
+        if parts[-1] in KIT_UNVERSIONED:
+            digest.update("/".join(parts).encode("utf-8") + b"\0" + make(kit) + b"\0")
+    return "%s.%s" % (archive_version(kit["archive"]), digest.hexdigest()[:8])
+
+
+KIT_UNVERSIONED = (".mcp.json", "mcp.json", KIT_GEMINI_CONTEXT, "hooks.json")
+
+
+def hook_command(python, program, options, client=None, platform=PLATFORM):
+    """The command line a client's hook runs: the interpreter and the .pyz by
+    their paths (no client expands the others' root variables), quoted for
+    the shell the client runs it with on `platform`."""
+    words = [python, program, "mcp", "hook", "session-start"] + list(options)
+    words += ["--client", client] if client else []
+    shell = SHELLS[PLATFORMS[platform]["hook_shell"]]
+    return " ".join(shell_word(shell, word) for word in words)
 
 
 def kit_refusal(kit, folder):
@@ -1011,8 +1125,8 @@ def kit_refusal(kit, folder):
             return "%s is not valid UTF-8; no client could read it." % shown_path(value)
         for client, (_, expands) in KIT_SERVERS.items():
             marker = next((marker for marker in expands if marker in value), None)
-            # The folder is in Codex's entry alone, where nothing is expanded.
-            if marker and value != folder:
+            # The folder too: every client reads it in the hook's command.
+            if marker:
                 return ("%s holds %s, which %s would expand in its configuration; use a "
                         "path without it." % (shown_path(value), marker, client))
     return kit_folder_refusal(folder)
@@ -1107,6 +1221,8 @@ KIT_PREFACE = (
     "The memprove kit, version {version}, is in {folder}.",
     "Claude Code and Codex read it in place: keep the folder where it is.",
     "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
+    "Each session then starts with the Pack of the Task you work on (the kit's hook);",
+    "Codex runs that hook only once you trust it: start `codex` once and approve it.",
     "",
 )
 
@@ -1126,6 +1242,169 @@ def kit_commands(folder, version, platform=PLATFORM):
     lines.append("To update after writing the kit again:")
     lines += ["  " + command for commands in KIT_UPDATE.values() for command in commands]
     return "\n".join(lines) + "\n"
+
+
+# -- the session-start hook ------------------------------------------------------
+# session-start.md: a client runs `mcp hook session-start` whenever a session
+# starts, resumes, is cleared or compacted, and puts what it prints into the
+# model's first request, so the Pack reaches the model whether or not it thinks
+# of calling `pack`.  The hook speaks only when it has the Pack: any other
+# outcome is silence on both streams and exit status 0 (Gemini shows standard
+# error to the user and reads exit 2 as a refusal; every client drops a failing
+# hook's output anyway), and doctor's `hook` check is where the user learns why.
+# It runs the very code of a `pack` call with no arguments, a read alone.
+
+HOOK_TEXT_LIMIT = 9000       # UTF-16 units: Claude Code moves a text over 10,000 to a file
+HOOK_TIME = 2.5              # seconds of work: with the interpreter's start and exit, under 3
+HOOK_MARGIN = 0.2            # of them kept for writing the answer
+HOOK_INPUT = 64 * 1024       # bytes of the client's JSON worth reading
+HOOK_INPUT_WAIT = 1.0        # seconds the client's JSON is waited for
+HOOK_TOO_LARGE = "The Pack is larger than a session start carries: call pack to read it."
+
+
+def session_start_hook(options):
+    """Print the Pack as the client's hook output, or nothing; exit 0 always."""
+    started = time.monotonic()
+    sys.stderr = open(os.devnull, "w")   # whatever goes wrong, standard error stays empty
+    outcome = {"log": "no answer within %g s" % (HOOK_TIME - HOOK_MARGIN)}
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def work():
+        try:
+            hook_outcome(options, started, outcome)
+        except Exception:
+            record_internal_error(sys.exc_info())
+            outcome["log"] = "internal_error"
+        finally:
+            done.release()
+
+    _thread.start_new_thread(work, ())
+    answered = done.acquire(True, max(0.0, started + HOOK_TIME - HOOK_MARGIN - time.monotonic()))
+    if answered and outcome.get("text"):
+        try:
+            write_stdout_bytes(json_bytes({"hookSpecificOutput": {
+                "hookEventName": "SessionStart", "additionalContext": outcome["text"]}}) + b"\n")
+        except (AttributeError, OSError, ValueError):    # no standard output, or closed
+            outcome["log"] = "standard output closed"
+    log_hook(outcome, started)
+    # Leave at once: a read of standard input or a daemon exchange may still be waiting.
+    os._exit(0)
+
+
+def hook_outcome(options, started, outcome):
+    """Fill `outcome` with the text to print ("text") and what happened ("log")."""
+    given = hook_input(started + HOOK_INPUT_WAIT)
+    outcome["source"] = given.get("source")
+    name = options.get("client") or hook_client(os.environ)
+    call = Call(options, CLIENTS[name]["agent"] if name else None, roots=given.get("cwd"))
+    call.most = max(0.1, started + HOOK_TIME - HOOK_MARGIN - time.monotonic())
+    try:
+        outcome["text"], outcome["log"] = session_start_text(call)
+    except Problem as problem:
+        outcome["log"] = problem.code
+
+
+def hook_input(deadline):
+    """The client's JSON object on standard input ({"cwd", "source", ...}), or
+    {}: read to its end, HOOK_INPUT bytes or the deadline, whichever is first."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        return {}
+    chunks, done = [], _thread.allocate_lock()
+    done.acquire()
+
+    def read():
+        try:
+            size = 0
+            while size < HOOK_INPUT:
+                chunk = stream.read1(HOOK_INPUT - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except (OSError, ValueError):
+            pass
+        finally:
+            done.release()
+
+    _thread.start_new_thread(read, ())
+    if not done.acquire(True, max(0.0, deadline - time.monotonic())):
+        return {}
+    try:
+        given = load_json(b"".join(chunks).decode("utf-8"))
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(given, dict):
+        return {}
+    cwd = given.get("cwd")
+    return {"cwd": cwd if isinstance(cwd, str) and cwd and "\0" not in cwd else None,
+            "source": given.get("source") if isinstance(given.get("source"), str) else None}
+
+
+def hook_client(environ):
+    """The client running the hook, told by the variable it sets for its
+    hooks, or None.  The records are read from the last: Claude Code's
+    CLAUDECODE is inherited by every program its shell starts, Codex's and
+    Gemini's among them."""
+    for name in reversed(CLIENT_NAMES):
+        hook = CLIENTS[name]["hook"]
+        if hook and environ.get(hook[0]):
+            return name
+    return None
+
+
+def session_start_text(call):
+    """(text, what happened): what `pack` with no arguments shows, within
+    HOOK_TEXT_LIMIT; a Pack that does not fit is rendered again at the
+    largest budget that does, and where none does, the opening's count and
+    HOOK_TOO_LARGE stand for it."""
+    context = call.context()
+    capsule = call.capsule(call.task_id(None, context))
+    now = utc_now()
+    opening, rendered = opened_pack(call, context, capsule, PACK_BUDGET, now=now)
+    if utf16_len(opening) + 2 + rendered["units"] <= HOOK_TEXT_LIMIT:
+        return opening + "\n\n" + rendered["pack"], "pack"
+    room = HOOK_TEXT_LIMIT - utf16_len(opening) - 2
+    low, high, best = 1, PACK_BUDGET - 1, None
+    while low <= high:                   # the Pack grows with its budget
+        budget = (low + high) // 2
+        rendered = opened_pack(call, context, capsule, budget, now=now)[1]
+        if rendered["units"] <= room:
+            best, low = rendered, budget + 1
+        else:
+            high = budget - 1
+    if best is not None:
+        return opening + "\n\n" + best["pack"], "pack cut to fit"
+    agent = call.agent(context)
+    opening = opening_statement(capsule, now, agent["name"], agent["role"], open_item_count)
+    text = opening + "\n\n" + HOOK_TOO_LARGE
+    if utf16_len(text) > HOOK_TEXT_LIMIT:
+        raise Problem("daemon_error", "The Task's title is longer than a session start carries.")
+    return text, "pack too large"
+
+
+def open_item_count(capsule):
+    count = sum(1 for claim in capsule["claims"]
+                if claim.get("kind") == "open_item" and claim.get("state") == "active")
+    return "{:,} open item{} must be resolved or carried forward.".format(
+        count, "" if count == 1 else "s") if count else "No open items."
+
+
+def log_hook(outcome, started):
+    """One line in MEMPROVE_MCP_LOG, where it is set: what the hook did."""
+    path = os.environ.get("MEMPROVE_MCP_LOG")
+    if not path:
+        return
+    source = outcome.get("source")
+    line = "%s memprove-mcp hook session-start source=%s %s %dms\n" % (
+        utc_now(), log_field(source) if source else "-", outcome["log"],
+        int((time.monotonic() - started) * 1000))
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+    except OSError:
+        pass
 
 
 def serve(options):
@@ -2195,20 +2474,6 @@ def newest_runs(runs, task, count=50):
     return [run for _, _, run in sorted(newest, reverse=True)], skipped
 
 
-def shown_run(run):
-    """Whether `context` may show a line of runs.jsonl (§6 rule 20): a file
-    from a repository chooses every field, so only a label, exit code,
-    command and end time of the shapes `memprove run` writes are shown."""
-    label, exit_code = run.get("label"), run.get("exit_code")
-    return isinstance(label, str) and RUN_LABEL.match(label) is not None and \
-        isinstance(exit_code, int) and \
-        not isinstance(exit_code, bool) and isinstance(run.get("command"), str) and \
-        isinstance(run.get("finished_at"), str)
-
-
-RUN_LABEL = Pattern(r"r[0-9]+\Z")
-
-
 def tool_tasks(call, args):
     context = call.context()
     query = {"workspace": call.root}
@@ -2240,17 +2505,23 @@ def tool_pack(call, args):
     task_id = call.task_id(args.get("task"), context)
     capsule = call.capsule(task_id)
     budget = args.get("budget", PACK_BUDGET)
-    query = args.get("query")
-    agent = call.agent(context)
-    try:
-        rendered = render_pack(capsule, budget, query)
-        opening = opening_statement(capsule, utc_now(), agent["name"], agent["role"])
-    except CAPSULE_MISREAD:
-        raise Problem("daemon_error", "Its Capsule could not be read.")
+    opening, rendered = opened_pack(call, context, capsule, budget, args.get("query"))
     result = dict(call.ids(context, task_id), task=capsule["task"]["number"], budget=budget)
     for key in ("units", "claims_shown", "claims_left_out", "runs_left_out", "lines_cut"):
         result[key] = rendered[key]
     return result, opening + "\n\n" + rendered["pack"]
+
+
+def opened_pack(call, context, capsule, budget, query=None, now=None):
+    """(opening statement, render_pack's figures): what `pack` and the
+    session-start hook show, the agent named as the call names it."""
+    agent = call.agent(context)
+    try:
+        rendered = render_pack(capsule, budget, query)
+        opening = opening_statement(capsule, now or utc_now(), agent["name"], agent["role"])
+    except CAPSULE_MISREAD:
+        raise Problem("daemon_error", "Its Capsule could not be read.")
+    return opening, rendered
 
 
 def tool_claims(call, args):
@@ -2589,7 +2860,7 @@ def context_session(session, parent):
 def field(record, key, kind):
     """A field of a daemon answer, or daemon_error: its records are not ours to trust.
 
-    `kind` is a type, or "id" (a non-empty string) or "number" (an integer
+    `kind` is a type, or "id" (DAEMON_ID: §6 rule 30) or "number" (an integer
     of 1 or more), or a tuple of the strings contract.md §3 allows, or a
     Pattern they match, as it types the records (§6 rule 3): a value a
     result shows as the daemon gave it can never start a line of its own
@@ -2597,7 +2868,7 @@ def field(record, key, kind):
     """
     value = record.get(key) if isinstance(record, dict) else None
     if kind == "id":
-        sound = isinstance(value, str) and value != ""
+        sound = isinstance(value, str) and DAEMON_ID.match(value) is not None
     elif kind == "number":
         sound = isinstance(value, int) and not isinstance(value, bool) and value >= 1
     elif isinstance(kind, tuple):
@@ -2609,6 +2880,10 @@ def field(record, key, kind):
     if not sound:
         raise Problem("daemon_error", "Its answer lacked a field or gave one of the wrong type.")
     return value
+
+
+# §6 rule 30: an id is shown and stored as it came, so it must be a plain word.
+DAEMON_ID = Pattern(r"[!-~]{1,128}\Z")
 
 
 def checked(record, *fields):
@@ -2794,6 +3069,7 @@ class Call:
         self.token_too_open = False
         self.daemon = None
         self._context = None
+        self.most = MAX_TIMEOUT          # seconds a wait may take, whatever MEMPROVE_TIMEOUT says
 
     # -- context files ------------------------------------------------------
 
@@ -2885,7 +3161,7 @@ class Call:
         return NamingWhatWasMade(made)
 
     def timeout(self):
-        return timeout_setting(self.environ) or DEFAULT_TIMEOUT
+        return min(timeout_setting(self.environ) or DEFAULT_TIMEOUT, self.most)
 
     def write_context(self, change, made):
         try:
@@ -3112,13 +3388,17 @@ def read_daemon(data_dir, platform=PLATFORM):
     owner must be confirmed): the token goes only to a daemon whose
     daemon.json the user can trust (contract.md §6 rules 17 and 19)."""
     try:
-        directory = os.stat(data_dir)
-        data, status = read_regular(os.path.join(data_dir, "daemon.json"), 65536)
+        if PLATFORMS[platform]["posix_files"]:
+            real, directory, data, status = read_daemon_file(data_dir)
+        else:
+            real, directory = data_dir, os.stat(data_dir)
+            data, status = read_regular(os.path.join(data_dir, "daemon.json"), 65536)
+    except LinkDoubt as doubt:
+        raise Problem("daemon_unavailable", str(doubt))
     except (OSError, ValueError):
         raise Problem("daemon_unavailable")
     doubt, confirm = daemon_file_doubt(directory, status, platform)
-    if confirm and not private_folder(os.path.dirname(os.path.realpath(data_dir)),
-                                      directory.st_uid):
+    if confirm and not private_folder(os.path.dirname(real), directory.st_uid):
         # A folder anyone can write (/tmp) is where an attacker's data directory, theirs
         # like a service account's, would be made: one of those is kept where no one
         # else could have made it (/var/lib...).
@@ -3132,6 +3412,71 @@ def read_daemon(data_dir, platform=PLATFORM):
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         raise Problem("daemon_unavailable")
     return record["url"], status.st_uid, confirm
+
+
+class LinkDoubt(Exception):
+    """A link on the way to the data directory that someone else could change."""
+
+
+MAX_LINKS = 40                       # links followed on one path, as the kernel's ELOOP
+
+
+def read_daemon_file(data_dir):
+    """(the data directory's path without links, its status, up to 64 KiB of
+    its daemon.json, that file's status), on a POSIX system.
+
+    §6 rule 19 through links: the path as configured is walked one folder at
+    a time without following links, each link judged where it is met (a link
+    another user owns, or one in a folder group or others can write, is a
+    place someone else chose: LinkDoubt), and daemon.json is opened relative
+    to the folder reached, so nothing swapped after the judging changes which
+    file is read.
+    """
+    import stat
+    trusted = (os.geteuid(), 0)
+    folder_flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NO_FOLLOW
+    real, pending, links = os.sep, [part for part in data_dir.split(os.sep)], 0
+    descriptor = os.open(os.sep, folder_flags)
+    try:
+        while pending:
+            name = pending.pop(0)
+            if name in ("", "."):
+                continue
+            if name == "..":
+                real = os.path.dirname(real)
+                os.close(descriptor)
+                descriptor = os.open(real, folder_flags)
+                continue
+            held = os.stat(name, dir_fd=descriptor, follow_symlinks=False)
+            if stat.S_ISLNK(held.st_mode):
+                links += 1
+                if links > MAX_LINKS:
+                    raise OSError("too many links")
+                if held.st_uid not in trusted:
+                    raise LinkDoubt(LINK_OWNER % (shown_path(os.path.join(real, name)),
+                                                  held.st_uid))
+                if os.fstat(descriptor).st_mode & 0o022:
+                    raise LinkDoubt(LINK_FOLDER % shown_path(os.path.join(real, name)))
+                target = os.readlink(name, dir_fd=descriptor)
+                if target.startswith(os.sep):
+                    real = os.sep
+                    os.close(descriptor)
+                    descriptor = os.open(os.sep, folder_flags)
+                pending[:0] = target.split(os.sep)
+                continue
+            inner = os.open(name, folder_flags, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor, real = inner, os.path.join(real, name)
+        directory = os.fstat(descriptor)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | NO_FOLLOW
+        handle = os.fdopen(os.open("daemon.json", flags, dir_fd=descriptor), "rb")
+    finally:
+        os.close(descriptor)
+    with handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError("daemon.json is not a file")
+        return real, directory, handle.read(65536), status
 
 
 def daemon_file_doubt(directory, status, platform=PLATFORM):
@@ -3179,6 +3524,8 @@ DIRECTORY_OWNER = "The data directory belongs to another user (uid %d)."
 FILE_OWNER = "The file daemon.json belongs to another user (uid %d)."
 DIRECTORY_MODE = "The data directory can be written by group or others (mode %04o)."
 FILE_MODE = "The file daemon.json can be written by group or others (mode %04o)."
+LINK_OWNER = "The link %s on the way to the data directory belongs to another user (uid %d)."
+LINK_FOLDER = "The link %s on the way to the data directory is in a folder group or others can write."
 
 
 MAX_TIMEOUT = 86400.0                # contract.md §6 rule 7: a day at most
@@ -3504,9 +3851,24 @@ MAX_RUN_LINE = 64 * 1024             # bytes of one runs.jsonl line worth parsin
 LABEL_KEY = b'"label"'
 
 
+def shown_run(run):
+    """Whether a line of runs.jsonl has the one shape every tool takes (§6
+    rules 20 and 27): a file from a repository chooses every field, so only a
+    label, exit code, command and end time of the shapes `memprove run`
+    writes are read, shown or named in an error, with an id of text."""
+    label, exit_code = run.get("label"), run.get("exit_code")
+    return isinstance(label, str) and RUN_LABEL.match(label) is not None and \
+        isinstance(exit_code, int) and \
+        not isinstance(exit_code, bool) and isinstance(run.get("command"), str) and \
+        isinstance(run.get("finished_at"), str) and isinstance(run.get("id", ""), str)
+
+
+RUN_LABEL = Pattern(r"r[0-9]+\Z")
+
+
 def each_run(root, shaped=True):
     """The runs `memprove run` recorded, in file order, one at a time: with
-    `shaped`, those whose label and id are text; else every JSON object (for
+    `shaped`, those of the one shape (shown_run); else every JSON object (for
     `context`, which counts the rest, §6 rule 20).
 
     contract.md §6 rule 16: the file is a repository's to make as large as it
@@ -3530,8 +3892,7 @@ def each_run(root, shaped=True):
                 run = load_json(line.decode("utf-8"), quick=True)
             except (ValueError, RecursionError):
                 continue                 # a torn line, or one that is no run
-            if isinstance(run, dict) and (not shaped or isinstance(run.get("label"), str) and
-                                          isinstance(run.get("id", ""), str)):
+            if isinstance(run, dict) and (not shaped or shown_run(run)):
                 yield run
 
 
@@ -4754,11 +5115,11 @@ def open_item_sentence(capsule):
     return "%d open items (%s) must be resolved or carried forward." % (len(numbers), listed)
 
 
-def opening_statement(capsule, now, agent_name, agent_role):
+def opening_statement(capsule, now, agent_name, agent_role, sentence=open_item_sentence):
     task = capsule["task"]
     return "Resuming Task %d: %s at %s as %s (%s). %s" % (
         task["number"], fold(task.get("title")), now, fold(agent_name), fold(agent_role),
-        open_item_sentence(capsule))
+        sentence(capsule))
 
 
 # ---------------------------------------------------------------------------
@@ -4793,7 +5154,10 @@ def doctor(options, platform=PLATFORM):
     checks = []
     for name, check in DOCTOR_CHECKS:
         try:
-            status, code, detail, fix = check(found)
+            outcome = check(found)
+            if outcome is None:          # a check that does not apply to this client
+                continue
+            status, code, detail, fix = outcome
         except Exception as error:
             # A doctor that dies hides every later check; say which broke, never
             # the message (it could hold a value).
@@ -5069,6 +5433,7 @@ def check_workspace(found):
         return ("fail", error.code, "%s, but %s%s" % (
             detail, whose, ": " + error.hint if error.hint else ""), remedy)
     task, session = context.get("task"), context.get("session")
+    found["task"] = task["number"] if task else None
     return ("ok", None, "%s, .memprove/ present, %s, %s, %d runs in runs.jsonl" % (
         detail, "Task %d" % task["number"] if task else "no Task",
         "Session %d" % session["number"] if session else "no Session",
@@ -5195,6 +5560,66 @@ def check_client(found):
     return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
 
 
+def check_hook(found):
+    """Whether the client runs the session-start hook, and whether it would
+    give the Pack now or stay silent (and why): the hook says nothing to the
+    model when it cannot, so this is where the user learns of it.  It sends
+    no request: the daemon check's is the one doctor makes."""
+    name = found["options"].get("client") or "claude-code"
+    if not CLIENTS[name]["hook"]:
+        return None
+    place, disabled = find_hook(name, found)
+    if place is None:
+        return ("warn", None, "%s runs no memprove session-start hook: a session starts "
+                "without the Pack unless the model calls pack" % name,
+                "write the plugin kit (%s) or add the hook: %s" % (
+                    doctor_command(found, "mcp", "plugin", "<folder>"),
+                    doctor_command(found, "mcp", "print-config", "--hook", "--client", name)))
+    if disabled:
+        return "warn", None, "the session-start hook in %s is %s" % (place, disabled[0]), disabled[1]
+    why = [check for check in ("token", "data_dir", "workspace", "daemon")
+           if check in found["failed"]]
+    if why:
+        return ("warn", None, "%s runs the hook in %s, but it would stay silent: the %s check "
+                "failed" % (name, place, " and ".join(why)), "the fix of the %s check" % why[0])
+    if not found.get("task"):
+        return ("warn", None, "%s runs the hook in %s, but it stays silent until the context "
+                "names a Task" % (name, place),
+                "call `begin` from your agent in %s" % shown_path(found.get("root") or "the project"))
+    return ("ok", None, "%s runs the hook in %s: the next session starts with the Pack of Task %d"
+            % (name, place, found["task"]), None)
+
+
+def find_hook(name, found):
+    """(where, disabled) of the memprove session-start hook client `name`
+    runs: its own file's entry, else the kit's hooks/hooks.json; (None, None)
+    when it runs none.  `disabled` is the kit's (why, fix), or None."""
+    for base, parts in CLIENTS[name]["hook"][1]:
+        path = place_path(base, parts, found["environ"], found.get("root"), found["platform"])
+        if path and session_start_commands(small_json(path)):
+            return shown_path(path), None
+    kit = KIT_FINDERS[name](found)
+    if kit is None:
+        return None, None
+    hooks = os.path.join(kit["plugin"], "hooks", "hooks.json")
+    if not session_start_commands(small_json(hooks)):
+        return None, None
+    return "%s (from a plugin kit)" % shown_path(hooks), kit.get("disabled")
+
+
+def session_start_commands(document):
+    """The commands of a hooks document's SessionStart entries that run `mcp hook session-start`."""
+    hooks = document.get("hooks") if isinstance(document, dict) else None
+    entries = hooks.get("SessionStart") if isinstance(hooks, dict) else None
+    commands = []
+    for entry in entries if isinstance(entries, list) else ():
+        for hook in (entry.get("hooks") if isinstance(entry, dict) else None) or ():
+            command = hook.get("command") if isinstance(hook, dict) else None
+            if isinstance(command, str) and "mcp hook session-start" in command:
+                commands.append(command)
+    return commands
+
+
 def disabled_kit(place, entry):
     """The warning for a kit the client installed but disabled (for this
     Workspace), with the client's command that enables it."""
@@ -5226,6 +5651,7 @@ DOCTOR_CHECKS = [
     ("workspace", check_workspace),
     ("daemon", check_daemon),
     ("client", check_client),
+    ("hook", check_hook),
 ]
 
 
@@ -5286,6 +5712,7 @@ def claude_kit_entry(found):
     plugin = os.path.join(folder, KIT_NAME)
     return {"path": os.path.join(plugin, ".mcp.json"), "roots": {"${CLAUDE_PLUGIN_ROOT}": plugin},
             "folder": folder, "manifest": os.path.join(plugin, ".claude-plugin", "plugin.json"),
+            "plugin": plugin,
             "disabled": None if state else (
                 "disabled in %s (enabledPlugins)" % shown_path(settings_path), KIT_ENABLE["claude-code"])}
 
@@ -5312,7 +5739,7 @@ def codex_kit_entry(found):
     copy = os.path.join(cache, copies[0], ".codex-plugin")
     return {"path": os.path.join(copy, "mcp.json"), "roots": {},
             "folder": marketplace["env"].get("source"),
-            "manifest": os.path.join(copy, "plugin.json"),
+            "manifest": os.path.join(copy, "plugin.json"), "plugin": os.path.dirname(copy),
             "disabled": None if state == "true" else (
                 "disabled in %s (enabled = false)" % shown_path(config_path), KIT_ENABLE["codex"])}
 
@@ -5332,7 +5759,7 @@ def gemini_kit_entry(found):
     rules = os.path.join(extensions, "extension-enablement.json")
     here = found.get("root") or working_directory()
     return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
-            "folder": source and os.path.dirname(source), "manifest": path,
+            "folder": source and os.path.dirname(source), "manifest": path, "plugin": root,
             "disabled": None if not here or gemini_enabled(small_json(rules), here) else (
                 "disabled for %s by %s" % (shown_path(here), shown_path(rules)),
                 fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))}

@@ -137,6 +137,18 @@ def check_setup(pyz, env, workspace):
     with open(os.path.join(workspace, ".mcp.json"), "wb") as handle:
         handle.write(entry)
     print("\n$ python3 memprove_mcp.pyz mcp print-config > .mcp.json")
+    hook = subprocess.run([sys.executable, pyz, "mcp", "print-config", "--hook"], env=env,
+                          cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          check=True).stdout
+    os.makedirs(os.path.join(env["HOME"], ".claude"))
+    with open(os.path.join(env["HOME"], ".claude", "settings.json"), "wb") as handle:
+        handle.write(hook)
+    print("$ python3 memprove_mcp.pyz mcp print-config --hook > ~/.claude/settings.json")
+    started = subprocess.run([sys.executable, pyz, "mcp", "hook", "session-start"], env=env,
+                             cwd=workspace, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             check=True).stdout
+    opening = json.loads(started)["hookSpecificOutput"]["additionalContext"].splitlines()[0]
+    print("  the next session starts with: %s" % opening)
     print("\n$ python3 memprove_mcp.pyz mcp doctor")
     done = subprocess.run([sys.executable, pyz, "mcp", "doctor"], env=env, cwd=workspace,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

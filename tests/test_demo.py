@@ -41,11 +41,14 @@ def test_demo_walks_an_agents_day_and_cleans_up(tmp_path):
     assert "  | - r1 failed (exit 1) pytest -q tests/test_upload.py" in out
     assert '"ok": true' in out
     assert "server exited 0 after 10 messages" in out
-    # It ends with `mcp doctor` against its own daemon: all seven checks pass.
+    # The session-start hook it installs gives the next session the Pack.
+    assert "the next session starts with: Resuming Task 1: " in out
+    # It ends with `mcp doctor` against its own daemon: all eight checks pass.
     doctor = out.split("$ python3 memprove_mcp.pyz mcp doctor\n", 1)[1]
     assert re.findall(r"^  (\w+) +(\w+) ", doctor, re.M) == [
         ("ok", name) for name in ("python", "config_dir", "token", "data_dir", "workspace",
-                                  "daemon", "client")]
+                                  "daemon", "client", "hook")]
+    assert "the next session starts with the Pack of Task 1" in doctor
     assert ": 1 Task" in doctor
     # Everything it made lived in one temporary folder, now gone.
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("memprove-demo-")]

@@ -21,11 +21,16 @@ import pytest
 from harness import REPO, SAFETY_TIMEOUT, run_cli, snapshot
 from hardening_support import (RawDaemon, daemon_post)
 
-CHECKS = ("python", "config_dir", "token", "data_dir", "workspace", "daemon", "client")
+CHECKS = ("python", "config_dir", "token", "data_dir", "workspace", "daemon", "client", "hook")
+# The clients that run a session-start hook get the eighth check, `hook`; the others seven.
+HOOKLESS = CHECKS[:-1]
 STATUSES = ("ok", "warn", "fail", "skip")
 ORIGINS = ("shipped", "cached", "compiled", "source")
 TEXT_LINE = re.compile(r"(ok|warn|fail|skip) +(%s) +(.+)\Z" % "|".join(CHECKS))
 FIX_LINE = re.compile(r" +fix: (.+)\Z")
+# A runs.jsonl line of the one shape every tool reads (contract.md §6 rule 27).
+RUN_LINE = ('{"label": "%s", "id": "%s", "exit_code": 0, "command": "pytest", '
+            '"finished_at": "2026-01-01T00:00:00Z"}\n')
 
 
 # ---------------------------------------------------------------------------
@@ -71,7 +76,7 @@ def parse_text(out):
         checks[name] = {"name": name, "status": status, "detail": detail, "fix": fix}
         order.append(name)
         index += 1
-    assert tuple(order) == CHECKS, order
+    assert tuple(order) in (CHECKS, HOOKLESS), order
     return checks
 
 
@@ -80,7 +85,7 @@ def parse_json(out):
     report = json.loads(out)
     assert set(report) == {"ok", "checks"}, report
     assert isinstance(report["ok"], bool)
-    assert [check["name"] for check in report["checks"]] == list(CHECKS)
+    assert tuple(check["name"] for check in report["checks"]) in (CHECKS, HOOKLESS)
     for check in report["checks"]:
         assert set(check) == {"name", "status", "code", "detail", "fix"}, check
         assert check["status"] in STATUSES, check
@@ -186,8 +191,11 @@ def test_all_ok_one_read_no_file_written(doctor, daemon, config, workspace, home
     outcome = doctor()
     after = snapshot(workspace, config.dir, home, config.data_dir / "daemon.json")
     assert outcome.code == 0
-    assert [outcome.status(name) for name in CHECKS] == ["ok"] * 7, outcome.out
-    assert len(outcome.out.splitlines()) == 7
+    assert [outcome.status(name) for name in HOOKLESS] == ["ok"] * 7, outcome.out
+    # No hook configured: the eighth check says so, with its fix.
+    assert outcome.status("hook") == "warn"
+    assert "runs no memprove session-start hook" in outcome["hook"]["detail"]
+    assert len(outcome.out.splitlines()) == 9
     assert before == after, "doctor wrote a file"
     # Exactly one daemon request: listTasks (a read, GET) for the Workspace, with the token.
     ops = daemon.ops
@@ -206,7 +214,7 @@ def test_json_all_ok(doctor, daemon, claude_entry):
     outcome = doctor(json_mode=True)
     report = json.loads(outcome.out)
     assert report["ok"] is True and outcome.code == 0
-    assert [check["status"] for check in report["checks"]] == ["ok"] * 7
+    assert [check["status"] for check in report["checks"]] == ["ok"] * 7 + ["warn"]
     assert len(daemon.ops) == 1
 
 
@@ -385,7 +393,7 @@ def test_workspace_reports_context_and_runs(doctor, daemon, config, workspace):
         "session": {"id": "s", "number": 7, "agent": {"name": "a", "role": "implementer"},
                     "parent": None}}))
     (memprove / "runs.jsonl").write_text(
-        '{"label": "r1", "id": "a"}\n{"label": "r2", "id": "b"}\n{"torn')
+        RUN_LINE % ("r1", "a") + RUN_LINE % ("r2", "b") + '{"torn')
     check = doctor()["workspace"]
     assert check["status"] == "ok"
     assert check["detail"] == ("%s (found by working directory), .memprove/ present, Task 3, "
@@ -398,10 +406,10 @@ def test_a_runs_file_of_newlines_keeps_doctors_promise(doctor, daemon, workspace
     and doctor answers within MEMPROVE_TIMEOUT plus a second, counting both."""
     from test_threats import append_filler
     path = workspace / ".memprove" / "runs.jsonl"
-    path.write_text('{"label": "r1", "id": "a"}\n')
+    path.write_text(RUN_LINE % ("r1", "a"))
     append_filler(path, b"\n", 16 << 20)
     with open(str(path), "ab") as handle:
-        handle.write(b'{"label": "r2", "id": "b"}\n')
+        handle.write((RUN_LINE % ("r2", "b")).encode())
     outcome = within_its_promise(doctor)
     assert outcome.status("workspace") == "ok", outcome.out
     assert outcome["workspace"]["detail"].endswith(", 2 runs in runs.jsonl"), outcome.out
@@ -528,7 +536,7 @@ def test_no_daemon_at_all(doctor, config, workspace, home, claude_entry):
     check = outcome["daemon"]
     assert (check["status"], check["code"]) == ("fail", "daemon_unavailable")
     assert "daemon" in check["fix"]
-    assert [outcome.status(name) for name in CHECKS if name != "daemon"] == ["ok"] * 6
+    assert [outcome.status(name) for name in HOOKLESS if name != "daemon"] == ["ok"] * 6
     assert outcome.code == 1
 
 

@@ -28,6 +28,8 @@ KIT_FILES = {
     "memprove/.codex-plugin/plugin.json",
     "memprove/.codex-plugin/mcp.json",
     "memprove/gemini-extension.json",
+    "memprove/GEMINI.md",
+    "memprove/hooks/hooks.json",
     "memprove/memprove_mcp.pyz",
     "memprove/README.md",
     "memprove.mcpb",
@@ -169,7 +171,10 @@ def test_the_version_follows_the_archives_bytes(pyz, newest_python, make_env, tm
     folder = tmp_path / "kit"
     assert write_kit(newest_python, pyz, folder, make_env(), tmp_path,
                      "--config-dir", kit_config).returncode == 0
-    version = "%s+%s" % (server_version, hashlib.sha256(pyz.read_bytes()).hexdigest()[:12])
+    # The archive's version, then a digest of the files that do not name it.
+    version = read_json(folder, VERSIONED[0])["version"]
+    assert re.match(r"%s\+%s\.[0-9a-f]{8}\Z" % (
+        re.escape(server_version), hashlib.sha256(pyz.read_bytes()).hexdigest()[:12]), version)
     for name in VERSIONED:
         assert read_json(folder, name)["version"] == version, name
     assert read_json(folder, ".claude-plugin/marketplace.json")["plugins"][0]["version"] == version
@@ -181,15 +186,22 @@ def test_the_version_follows_the_archives_bytes(pyz, newest_python, make_env, tm
     assert write_kit(newest_python, other, again, make_env(), tmp_path,
                      "--config-dir", kit_config).returncode == 0
     assert read_json(again, VERSIONED[0])["version"] != version
+    # The same archive with another configuration directory: its hook and entries
+    # change, and so does the version.
+    other_config = tmp_path / "other-config"
+    other_config.mkdir()
+    assert write_kit(newest_python, pyz, folder, make_env(), tmp_path,
+                     "--config-dir", other_config).returncode == 0
+    assert read_json(folder, VERSIONED[0])["version"] != version
 
 
 def test_the_bundle_is_the_same_zip_every_time(pyz, newest_python, make_env, tmp_path,
                                                kit_config):
     made = []
-    for name in ("one", "two"):
-        assert write_kit(newest_python, pyz, tmp_path / name, make_env(), tmp_path,
+    for _ in range(2):                   # the same kit written twice into one folder
+        assert write_kit(newest_python, pyz, tmp_path / "one", make_env(), tmp_path,
                          "--config-dir", kit_config).returncode == 0
-        made.append((tmp_path / name / "memprove.mcpb").read_bytes())
+        made.append((tmp_path / "one" / "memprove.mcpb").read_bytes())
     assert made[0] == made[1]
     for info, _ in bundle(tmp_path / "one").values():
         assert info.date_time == (1980, 1, 1, 0, 0, 0)

@@ -60,8 +60,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         reasons[reason] = reasons.get(reason, 0) + 1
     if not reasons:
         return
-    terminalreporter.write_sep("=", "skipped: %d tests, %d reasons"
-                               % (sum(reasons.values()), len(reasons)))
+    total = sum(reasons.values())
+    terminalreporter.write_sep("=", "skipped: %d test%s, %d reason%s" % (
+        total, "" if total == 1 else "s", len(reasons), "" if len(reasons) == 1 else "s"))
     for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0])):
         terminalreporter.write_line("SKIPPED %d: %s" % (count, reason))
 

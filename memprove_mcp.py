@@ -136,7 +136,7 @@ PLATFORMS = {
               "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
               "socket_tables": None, "share_modes": True, "file_lock": "msvcrt",
-              "opener": "Invoke-Item", "hook_shell": "sh"},
+              "opener": "Invoke-Item -LiteralPath", "hook_shell": "sh"},
 }
 
 
@@ -1123,6 +1123,10 @@ def kit_refusal(kit, folder):
             reject_surrogates(value)
         except ValueError:
             return "%s is not valid UTF-8; no client could read it." % shown_path(value)
+        if shown_path(value) is not value:
+            # §6 rule 29: no quoting keeps it on one line of the commands printed.
+            return ("%s holds a control character or a line break; use a path without "
+                    "it." % shown_path(value))
         for client, (_, expands) in KIT_SERVERS.items():
             marker = next((marker for marker in expands if marker in value), None)
             # The folder too: every client reads it in the hook's command.
@@ -1132,29 +1136,81 @@ def kit_refusal(kit, folder):
     return kit_folder_refusal(folder)
 
 
-def kit_folder_refusal(folder):
-    """Why the kit may not be written into `folder`, or None: it must not
-    exist, be empty, or hold an earlier kit (plugin.md)."""
+def kit_folder_refusal(folder, platform=PLATFORM):
+    """Why the kit may not be written into `folder`, or None (plugin.md): it
+    must be where no one else can change it (§6 rule 25), and not exist, be
+    empty, or hold only what a kit holds (§6 rule 26: writing the kit again
+    replaces the folder whole, so nothing else may be in it)."""
+    changeable = folder_others_can_change(folder, platform)
+    if changeable:
+        return ("%s: clients run the kit in place, so whoever can change it runs code as you; "
+                "give a folder only you can change." % changeable)
     try:
-        entries = os.listdir(folder)
+        status = os.lstat(folder)
     except FileNotFoundError:
         return None
     except OSError:
+        status = None
+    import stat
+    if status is None or not stat.S_ISDIR(status.st_mode):
         return "%s is not a folder the kit can be written into." % shown_path(folder)
-    if not entries or earlier_kit(folder):
+    other = not_of_a_kit(folder)
+    if other:
+        return ("%s holds %s, which no kit holds: give a new or empty folder, or one an "
+                "earlier `mcp plugin` wrote." % (shown_path(folder), shown_path(other)))
+    return None
+
+
+def folder_others_can_change(folder, platform=PLATFORM):
+    """The first of `folder` (if it exists) and the folders above it that
+    another user (not root) owns or that group or others can write (a
+    sticky one like /tmp too: once the kit is gone, another user can make it
+    again), said in words; None where the system has no POSIX modes."""
+    if not PLATFORMS[platform]["posix_files"]:
         return None
-    return ("%s holds other files: give a new or empty folder, or one an earlier "
-            "`mcp plugin` wrote." % shown_path(folder))
+    trusted, places = (os.geteuid(), 0), []
+    for start in (folder, os.path.realpath(folder)):
+        place = start
+        while True:
+            places.append(place)
+            parent = os.path.dirname(place)
+            if parent == place:
+                break
+            place = parent
+    for place in places:
+        try:
+            status = os.stat(place)
+        except OSError:
+            continue                     # not made yet: `mcp plugin` makes it, as its own
+        if status.st_uid not in trusted:
+            return "%s belongs to another user (uid %d)" % (shown_path(place), status.st_uid)
+        if status.st_mode & 0o022 and place != folder:
+            return "%s can be written by group or others (mode %04o)" % (
+                shown_path(place), status.st_mode & 0o7777)
+    return None
 
 
-def earlier_kit(folder):
-    """Whether `folder` holds a kit: its marketplace names memprove."""
-    try:
-        data = read_regular(os.path.join(folder, ".claude-plugin", "marketplace.json"), 65536)[0]
-        marketplace = load_json(data.decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(marketplace, dict) and marketplace.get("name") == KIT_NAME
+def not_of_a_kit(folder):
+    """The first path in `folder` that is not a file or folder the kit
+    writes, of the kind it writes it (links never are), or None."""
+    import stat
+    files = set(os.path.join(*parts) for parts, _ in KIT_FILES)
+    folders = set(os.path.dirname(name) for name in files) - {""}
+    folders |= set(os.path.dirname(name) for name in folders) - {""}
+    pending, seen = [""], 0
+    while pending:
+        relative = pending.pop()
+        for name in os.listdir(os.path.join(folder, relative)):
+            seen += 1
+            path = os.path.join(relative, name)
+            if seen > MAX_KIT_ENTRIES:
+                return path
+            mode = os.lstat(os.path.join(folder, path)).st_mode
+            if stat.S_ISDIR(mode) and path in folders:
+                pending.append(path)
+            elif not (stat.S_ISREG(mode) and path in files):
+                return os.path.join(folder, path)
+    return None
 
 
 def write_kit(kit, folder):
@@ -1166,20 +1222,24 @@ def write_kit(kit, folder):
     parent = os.path.dirname(folder)
     if not os.path.isdir(parent):
         os.makedirs(parent)
-    fresh = tempfile.mkdtemp(prefix=".memprove-kit-", dir=parent)
+    # Modes as any the user makes (mkdtemp's 0700 would hide the kit from the other users
+    # of a workstation an administrator seeds it for), never writable by group or others,
+    # whatever the umask: doctor fails a kit others can change (§6 rule 25).
+    mask = os.umask(0o022)
+    os.umask(mask)
+    fresh, old = tempfile.mkdtemp(prefix=".memprove-kit-", dir=parent), None
     try:
         for parts, make in KIT_FILES:
             path = os.path.join(fresh, *parts)
             if not os.path.isdir(os.path.dirname(path)):
-                os.makedirs(os.path.dirname(path))
+                os.makedirs(os.path.dirname(path), 0o755 & ~mask)
             with open(path, "wb") as handle:
                 handle.write(make(kit))
-        # A folder as any other the user makes: mkdtemp's 0700 would hide the kit from the
-        # other users of a workstation an administrator seeds it for.
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.chmod(fresh, 0o777 & ~mask)
-        old = None
+            os.chmod(path, 0o644 & ~mask)
+        for directory, folders, _ in os.walk(fresh):
+            for name in folders:
+                os.chmod(os.path.join(directory, name), 0o755 & ~mask)
+        os.chmod(fresh, 0o755 & ~mask)
         if os.path.lexists(folder):
             old = tempfile.mkdtemp(prefix=".memprove-kit-old-", dir=parent)
             os.rename(folder, os.path.join(old, "kit"))
@@ -1190,7 +1250,10 @@ def write_kit(kit, folder):
                 os.rename(os.path.join(old, "kit"), folder)
             raise
     except BaseException:
+        # §6 rule 26: a failed run leaves nothing of its own beside the folder.
         shutil.rmtree(fresh, ignore_errors=True)
+        if old and not os.path.lexists(os.path.join(old, "kit")):
+            shutil.rmtree(old, ignore_errors=True)
         raise
     if old:
         shutil.rmtree(old, ignore_errors=True)
@@ -5242,7 +5305,8 @@ SHELLS = {
         "in": "cd {path} && {name}",
         "examples": {"token": "/path/to/your/memprove/token",
                      "data_dir": "/path/to/the/daemons/data-dir",
-                     "project": "/path/to/your/project"},
+                     "project": "/path/to/your/project",
+                     "kit": "/path/to/your/kit"},
     },
     "powershell": {
         "word": powershell_word, "python": None,      # None: this interpreter, by its path
@@ -5256,7 +5320,8 @@ SHELLS = {
         "in": "Set-Location -LiteralPath {path}; {name}",
         "examples": {"token": "C:\\path\\to\\your\\memprove\\token",
                      "data_dir": "C:\\path\\to\\the\\daemons\\data-dir",
-                     "project": "C:\\path\\to\\your\\project"},
+                     "project": "C:\\path\\to\\your\\project",
+                     "kit": "C:\\path\\to\\your\\kit"},
     },
 }
 
@@ -5284,11 +5349,17 @@ def doctor_command(found, *words, **python):
 
 
 def shell_word(shell, value):
-    """A value as `shell` reads it back; one holding a control or a line
-    break JSON-quoted instead: no quoting of sh or PowerShell keeps it on one
-    line (§6 rule 23), and such a path is one to rename, not to paste."""
+    """A value as `shell` reads it back.  One holding a control or a line
+    break no quoting of sh or PowerShell keeps on one line (§6 rule 23): it
+    is shown escaped, as JSON escapes it, and single-quoted, so that the line
+    pasted runs exactly what it shows or fails, never a `$(...)` of the
+    value's (§6 rule 29); such a path is one to rename, not to paste."""
     shown = shown_path(value)
-    return shell["word"](value) if shown is value else shown
+    if shown is value:
+        return shell["word"](value)
+    escaped = shown[1:-1]                # JSON's escapes, in ASCII, without its double quotes
+    word = shell["word"](escaped)
+    return word if word[:1] == "'" else "'" + escaped + "'"
 
 
 def print_config_line(found):
@@ -5528,6 +5599,22 @@ def check_client(found):
                 "instead: %s" % (shown_path(token_file), private, print_config_line(found)))
     if "kit" in entry and entry["kit"]["disabled"]:
         return disabled_kit(place, entry)     # not run, so not checked further
+    loader = next((key for key in entry["env"] if key in LOADER_VARIABLES or
+                   key.startswith("DYLD_")), None)
+    if loader:
+        # §6 rule 25: the variable makes the interpreter or the loader run other code.
+        return ("fail", "client_entry_unsafe", "the memprove entry in %s sets %s, which makes "
+                "the server run other code" % (place, shown_name(loader)),
+                "remove %s from the entry's env, or write it again: %s" % (
+                    shown_name(loader), print_config_line(found) if "kit" not in entry else
+                    kit_update_line(found, name, entry["kit"]["folder"])))
+    if "kit" in entry:
+        changeable = kit_changeable(entry["kit"]["plugin"], found["platform"])
+        if changeable:
+            return ("fail", "client_entry_unsafe", "the memprove entry in %s comes from a kit "
+                    "others can change: %s" % (place, changeable),
+                    "write the kit again into a folder only you can change: %s" % (
+                        doctor_command(found, "mcp", "plugin", example(found, "kit"))))
     command, args = entry["command"], entry["args"]
     if not command or not command_exists(command, found["environ"]):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
@@ -5620,6 +5707,41 @@ def session_start_commands(document):
     return commands
 
 
+# §6 rule 25: variables that make the interpreter or the loader run other
+# code (DYLD_* too), which no entry of this server needs.
+LOADER_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
+                    "PYTHONINSPECT", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT")
+MAX_ARCHIVE = 64 * 1024 * 1024       # bytes of a kit's .pyz worth comparing
+MAX_KIT_ENTRIES = 1000               # a kit holds a score; a folder of more is no kit of ours
+
+
+def kit_changeable(folder, platform=PLATFORM):
+    """What of a kit's folder another user can change, said in words, or
+    None (§6 rule 25): the folder, or anything in it, that belongs to
+    another user (not root) or that group or others can write.  Links are
+    judged, not followed; a folder of more than MAX_KIT_ENTRIES entries is
+    judged no kit."""
+    if not PLATFORMS[platform]["posix_files"] or not folder:
+        return None
+    trusted, seen = (os.geteuid(), 0), 0
+    for directory, folders, files in os.walk(folder):
+        for path in [directory] + [os.path.join(directory, name) for name in folders + files]:
+            seen += 1
+            if seen > MAX_KIT_ENTRIES:
+                return "%s holds more than %d files" % (shown_path(folder), MAX_KIT_ENTRIES)
+            try:
+                status = os.lstat(path)
+            except OSError:
+                continue
+            import stat
+            if status.st_uid not in trusted:
+                return "%s belongs to another user (uid %d)" % (shown_path(path), status.st_uid)
+            if status.st_mode & 0o022 and not stat.S_ISLNK(status.st_mode):
+                return "%s can be written by group or others (mode %04o)" % (
+                    shown_path(path), status.st_mode & 0o7777)
+    return None
+
+
 def disabled_kit(place, entry):
     """The warning for a kit the client installed but disabled (for this
     Workspace), with the client's command that enables it."""
@@ -5630,14 +5752,18 @@ def disabled_kit(place, entry):
 def stale_kit(found, name, place, entry, program):
     """The warning for a kit whose .pyz is not this one's bytes (plugin.md), or None."""
     try:
-        with open(program, "rb") as installed, open(found["program"], "rb") as running:
-            if installed.read() == running.read():
-                return None
-            running.seek(0)
-            this = archive_version(running.read())
-    except OSError:
+        # §6 rule 28: a FIFO or a device in the .pyz's place must not block or flood doctor.
+        installed, status = read_regular(program, MAX_ARCHIVE + 1)
+        running = read_regular(found["program"], MAX_ARCHIVE + 1)[0]
+    except OSError as error:
+        what = "is not a regular file" if not isinstance(error, (FileNotFoundError,
+                                                                  PermissionError)) else \
+            "cannot be read"
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which "
-                "cannot be read" % (place, shown_path(program)), print_config_line(found))
+                "%s" % (place, shown_path(program), what), print_config_line(found))
+    if installed == running:
+        return None
+    this = archive_version(running)
     return ("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
             "one, version %s" % (place, shown_path(entry["kit"]["version"]), this),
             kit_update_line(found, name, entry["kit"]["folder"]))
@@ -5803,15 +5929,17 @@ def folder_glob_matches(glob, path):
         if tokens[-1:] in (["*"], ["/*"]):   # two stars in a row match what one of them would
             star = "/*" if tokens.pop() == star == "/*" else "*"
         tokens.append(star)
-    literal, stars, slash_stars = {}, 0, 0
+    # The masks are built as bytes and made integers once: OR-ing bits into an
+    # integer one at a time would cost the rule's length squared (§6 rule 28).
+    # Only the path's characters can match, so only theirs are made.
+    size = len(tokens) // 8 + 1
+    masks = dict((character, bytearray(size)) for character in set(path) | {"*", "/*"})
     for index, token in enumerate(tokens):
-        bit = 1 << index
-        if token == "*":
-            stars |= bit
-        elif token == "/*":
-            slash_stars |= bit
-        else:
-            literal[token] = literal.get(token, 0) | bit
+        mask = masks.get(token)
+        if mask is not None:
+            mask[index >> 3] |= 1 << (index & 7)
+    literal = dict((key, int.from_bytes(bytes(mask), "little")) for key, mask in masks.items())
+    stars, slash_stars = literal.pop("*"), literal.pop("/*")
     # Bit i of `at`: before token i; of `inside`: within the "/*" at i, past its /.
     # No two star tokens are neighbours, so one step of skipping is the whole closure.
     at, inside = 1, 0
@@ -5842,7 +5970,7 @@ def find_kit_entry(name, found):
     version = manifest.get("version") if isinstance(manifest, dict) else None
     entry["kit"] = {"folder": kit["folder"] if isinstance(kit["folder"], str) else None,
                     "version": version if isinstance(version, str) else "unknown",
-                    "disabled": kit.get("disabled")}
+                    "disabled": kit.get("disabled"), "plugin": kit["plugin"]}
     return "%s (from a plugin kit)" % shown_path(kit["path"]), entry
 
 

@@ -740,6 +740,29 @@ def local_users(pyz):
         users.close()
 
 
+
+@pytest.fixture
+def private_place():
+    """A new folder that no other user can change, nor any folder above it (contract.md §6
+    rule 25 asks this of a kit's folder; pytest's tmp_path lies in /tmp, which anyone can
+    write): as root, made in /var/lib; otherwise in ~/.cache/memprove-mcp-tests (where
+    the tests keep what they install).  Removed after the test."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        base = Path("/var/lib")
+    else:
+        base = Path.home() / ".cache" / "memprove-mcp-tests"
+        base.mkdir(parents=True, exist_ok=True)
+        os.chmod(str(base), 0o700)
+    place = Path(tempfile.mkdtemp(prefix="memprove-private-", dir=str(base)))
+    os.chmod(str(place), 0o755)
+    try:
+        yield place
+    finally:
+        for below in [place] + list(place.rglob("*")):      # a test may leave a folder 0555
+            if below.is_dir() and not below.is_symlink():
+                os.chmod(str(below), 0o755)
+        shutil.rmtree(str(place), ignore_errors=True)
+
 LISTENER = r"""
 import socket, sys, threading
 host, port = sys.argv[1], int(sys.argv[2])

@@ -975,6 +975,24 @@ def run_cli(python, pyz, args, env, cwd, stdin=b"", user=None, timeout=SAFETY_TI
                           timeout=timeout, **(user.popen_kwargs() if user is not None else {}))
 
 
+
+def pasted_in_sh(lines, folder, timeout=SAFETY_TIMEOUT):
+    """Each of `lines` run as a user who pastes it into POSIX sh would (`sh -c LINE`), in
+    `folder` (the working directory and HOME), with `claude`, `codex` and `gemini` stand-ins
+    that do nothing first on PATH (contract.md §6 rule 29: a printed command runs exactly
+    what it shows, or fails).  Returns the CompletedProcess of each."""
+    stubs = Path(folder) / ".stand-ins"
+    stubs.mkdir(exist_ok=True)
+    for name in ("claude", "codex", "gemini"):
+        stub = stubs / name
+        stub.write_text("#!/bin/sh\nexit 0\n")
+        os.chmod(str(stub), 0o755)
+    env = {"PATH": "%s:/usr/local/bin:/usr/bin:/bin" % stubs, "HOME": str(folder),
+           "LANG": "C.UTF-8"}
+    return [subprocess.run(["sh", "-c", line], cwd=str(folder), env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=timeout) for line in lines]
+
 def snapshot(*roots):
     """Every path under the roots with its type, size, mode and mtime."""
     seen = {}
@@ -989,6 +1007,71 @@ def snapshot(*roots):
                                info.st_mtime_ns)
     return seen
 
+
+
+# ---------------------------------------------------------------------------
+# A plugin kit a client installed (docs/plugin.md, "doctor")
+# ---------------------------------------------------------------------------
+# Each client's record of an installed kit, as the pinned clients write it; the interop
+# tier checks doctor against the real clients.  test_plugin.py and test_doctor.py use them.
+
+def claude_installed(home, kit, enabled=True):
+    plugins = home / ".claude" / "plugins"
+    plugins.mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text(json.dumps(
+        {"enabledPlugins": {"memprove@memprove": enabled},
+         "extraKnownMarketplaces": {"memprove": {"source": {"source": "directory",
+                                                             "path": str(kit)}}}}))
+    (plugins / "known_marketplaces.json").write_text(json.dumps(
+        {"memprove": {"source": {"source": "directory", "path": str(kit)},
+                      "installLocation": str(kit)}}))
+
+
+def codex_installed(home, kit, enabled=True):
+    codex = home / ".codex"
+    manifest = kit / "memprove" / ".codex-plugin" / "plugin.json"
+    version = json.loads(manifest.read_text(encoding="utf-8"))["version"]
+    shutil.copytree(str(kit / "memprove"), str(codex / "plugins" / "cache" / "memprove" /
+                                               "memprove" / version))
+    (codex / "config.toml").write_text(
+        'model = "x"\n\n[marketplaces.memprove]\nsource_type = "local"\nsource = "%s"\n\n'
+        '[plugins."memprove@memprove"]\nenabled = %s\n' % (kit, "true" if enabled else "false"))
+
+
+def gemini_installed(home, kit, enabled=True):
+    """As `gemini extensions install`; not enabled: as `gemini extensions disable memprove`
+    then writes it, a rule for the home folder and those below it."""
+    extension = home / ".gemini" / "extensions" / "memprove"
+    shutil.copytree(str(kit / "memprove"), str(extension))
+    (extension / ".gemini-extension-install.json").write_text(json.dumps(
+        {"source": str(kit / "memprove"), "type": "local"}))
+    if not enabled:
+        gemini_rules(home, ["!%s/*" % home])
+
+
+def gemini_rules(home, overrides):
+    (home / ".gemini" / "extensions" / "extension-enablement.json").write_text(json.dumps(
+        {"memprove": {"overrides": overrides}}, indent=2))
+
+
+INSTALLED = {"claude-code": claude_installed, "codex": codex_installed,
+             "gemini": gemini_installed}
+
+
+def installed_kit_paths(client, home, kit):
+    """(the folder the client runs the kit's server from, its server file, the .pyz that
+    server names) of a kit `INSTALLED[client]` installed: Claude Code reads the kit in
+    place, Codex its copy (whose entry names the kit's .pyz by its path), Gemini CLI its
+    copy."""
+    if client == "claude-code":
+        folder = kit / "memprove"
+        return folder, folder / ".mcp.json", folder / "memprove_mcp.pyz"
+    if client == "codex":
+        cache = home / ".codex" / "plugins" / "cache" / "memprove" / "memprove"
+        folder = next(cache.iterdir())
+        return folder, folder / ".codex-plugin" / "mcp.json", kit / "memprove" / "memprove_mcp.pyz"
+    folder = home / ".gemini" / "extensions" / "memprove"
+    return folder, folder / "gemini-extension.json", folder / "memprove_mcp.pyz"
 
 # ---------------------------------------------------------------------------
 # A small validator for the JSON Schema subset the tools use

@@ -18,8 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import REPO, SAFETY_TIMEOUT, run_cli, snapshot
-from hardening_support import (RawDaemon, daemon_post)
+from harness import (INSTALLED, REPO, SAFETY_TIMEOUT, gemini_rules, installed_kit_paths,
+                     make_workspace, pasted_in_sh, run_cli, snapshot)
+from hardening_support import OTHER_UID, RawDaemon, daemon_post, needs_root
+
+sys.path.insert(0, str(REPO))
+import memprove_mcp as mp  # noqa: E402  (the PowerShell fix templates, given a platform)
 
 CHECKS = ("python", "config_dir", "token", "data_dir", "workspace", "daemon", "client", "hook")
 # The clients that run a session-start hook get the eighth check, `hook`; the others seven.
@@ -1072,3 +1076,179 @@ def test_a_trickling_or_enormous_answer_is_cut_in_time(doctor, config, answer, c
         fake.close()
     check = outcome["daemon"]
     assert (check["status"], check["code"] in codes) == ("fail", True), check
+
+
+# ---------------------------------------------------------------------------
+# A kit a client installed: who can change it, what its entry loads, what reading it
+# costs, what its fixes run (contract.md §6 rules 25, 28 and 29; issue 32)
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def installed(doctor_pyz, make_env, base_env, workspace, home, private_place, config):
+    """installed(client) -> (the folder the client runs the kit's server from, its server
+    file, the .pyz it names) of a kit written for this configuration directory into a
+    folder no one else can change, then installed in `client` as the pinned clients record
+    it (harness.INSTALLED)."""
+    def install(client):
+        kit = private_place / "kit"
+        done = run_cli(sys.executable, doctor_pyz, ["mcp", "plugin", kit, "--config-dir",
+                                                    config.dir], make_env(base_env), workspace)
+        assert done.returncode == 0, done.stderr
+        INSTALLED[client](home, kit)
+        return installed_kit_paths(client, home, kit)
+    return install
+
+
+def kit_check(doctor, client, **options):
+    return doctor("--client", client, json_mode=True, **options)["client"]
+
+
+def others_can_write(mode):
+    def change(path):
+        os.chmod(str(path), mode)
+    return change
+
+
+def another_users(path):
+    needs_root("give a kit's file to another uid")
+    os.chown(str(path), OTHER_UID, OTHER_UID)
+
+
+# What is changed (0: the kit's folder, 1: its server file, 2: the .pyz), and how.
+KIT_CHANGES = {"its folder others can write": (0, others_can_write(0o777)),
+               "its folder the group can write": (0, others_can_write(0o775)),
+               "its server file the group can write": (1, others_can_write(0o664)),
+               "its .pyz others can write": (2, others_can_write(0o666)),
+               "its .pyz another user's": (2, another_users)}
+
+
+@pytest.mark.parametrize("change", sorted(KIT_CHANGES))
+@pytest.mark.parametrize("client", sorted(INSTALLED))
+def test_rule25_doctor_fails_a_kit_others_can_change(doctor, installed, client, change):
+    """The client runs the kit's entry in place (or its copy) at every session: a kit whose
+    folder or any file of it another user can change runs their code as the user.  The
+    `client` check fails naming what others can change, with a fix.  (Today: `ok ... runs
+    this server`.)"""
+    paths = installed(client)
+    which, make = KIT_CHANGES[change]
+    make(paths[which])
+    check = kit_check(doctor, client)
+    assert check["status"] == "fail", check
+    assert str(paths[which]) in check["detail"] or str(paths[which].parent) in check["detail"], \
+        check
+
+
+# The variables that make the interpreter or the loader run other code (the draft's list,
+# DYLD_* by two of its names).
+LOADER_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
+                    "PYTHONINSPECT", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES",
+                    "DYLD_LIBRARY_PATH")
+
+
+@pytest.mark.parametrize("client, variable",
+                         [("claude-code", name) for name in LOADER_VARIABLES] +
+                         [("codex", "PYTHONPATH"), ("gemini", "PYTHONPATH")])
+def test_rule25_doctor_fails_a_kit_entry_whose_env_loads_other_code(doctor, installed, tmp_path,
+                                                                    client, variable):
+    """Another user's kit (or a repository's) keeps the server's command and sets
+    PYTHONPATH (LD_PRELOAD, ...) to their code in the entry's `env`: the `client` check
+    fails naming the variable.  (Today: `ok ... runs this server`.)"""
+    _, server_file, _ = installed(client)
+    entry = json.loads(server_file.read_text(encoding="utf-8"))
+    entry["mcpServers"]["memprove"].setdefault("env", {})[variable] = str(tmp_path / "theirs")
+    server_file.write_text(json.dumps(entry), encoding="utf-8")
+    check = kit_check(doctor, client)
+    assert check["status"] == "fail" and variable in check["detail"], check
+
+
+@pytest.mark.parametrize("client", sorted(INSTALLED))
+def test_rule28_a_fifo_as_the_kits_pyz_never_blocks(doctor, installed, client):
+    """The .pyz a kit's entry names is a FIFO nobody writes to: doctor opens it without
+    blocking, keeps its promise (MEMPROVE_TIMEOUT plus a second) and says it is not a
+    regular file.  (Today doctor blocks in open() until it is killed.)"""
+    _, _, program = installed(client)
+    program.unlink()
+    os.mkfifo(str(program))
+    check = within_its_promise(doctor, "--client", client, json_mode=True)["client"]
+    assert check["status"] == "fail" and "regular" in check["detail"], check
+
+
+ADDRESS_SPACE = 512 * 1024 * 1024
+
+
+def limited_address_space():
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+@pytest.mark.parametrize("client", sorted(INSTALLED))
+def test_rule28_a_kits_pyz_linked_to_dev_zero_costs_bounded_memory(
+        doctor_pyz, installed, make_env, base_env, workspace, client):
+    """The .pyz is a link to /dev/zero: doctor reads only a regular file, at most a fixed
+    size, so it finishes within 512 MiB of address space (a limit the test sets, so that
+    today's reading until memory runs out fails at once rather than taking the machine's),
+    and says the file is not regular.  (Today: MemoryError, `the check failed
+    unexpectedly`.)"""
+    _, _, program = installed(client)
+    program.unlink()
+    program.symlink_to("/dev/zero")
+    done = subprocess.run([sys.executable, str(doctor_pyz), "mcp", "doctor", "--client", client,
+                           "--json"], env=make_env(base_env), cwd=str(workspace),
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT,
+                          preexec_fn=limited_address_space)
+    assert done.stderr == b"", done.stderr[-2000:]
+    check = parse_json(done.stdout.decode("utf-8"))["client"]
+    assert check["status"] == "fail" and check["code"] != "internal_error", check
+    assert "regular" in check["detail"], check
+
+
+def test_rule28_a_long_gemini_rule_costs_linear_time(doctor, installed, home):
+    """One rule of 4 MiB (`*a` two million times) in Gemini's extension-enablement.json.
+    Matching it is linear in its length (times the path's); today building the matcher is
+    quadratic (2 MiB: about 15 s on the review's machine, 28 s on a 2-CPU test VM; 4 MiB
+    four times that).  This is the one place where a time bound is the failure itself:
+    30 s is far above what linear time takes (well under a second) and far below today's
+    two minutes, so the bound is generous on a loaded machine and still fails today."""
+    installed("gemini")
+    gemini_rules(home, ["!/nowhere/" + "*a" * (2 * 1024 * 1024)])
+    check = kit_check(doctor, "gemini", timeout=30)
+    assert check["status"] == "ok", check
+
+
+@pytest.mark.parametrize("control", ["\t", "\n", "\x1b", "\u2028"],
+                         ids=["tab", "newline", "escape", "u2028"])
+def test_rule29_doctors_fixes_never_run_a_command_from_a_path(doctor, installed, home, tmp_path,
+                                                              control):
+    """A configuration directory and a Workspace named `...<control>$(touch pwned)`, the
+    kit disabled there for Gemini: each fix line doctor prints (the `mkdir` of the
+    configuration directory, the `cd ROOT && gemini extensions enable ...`), pasted into
+    sh, runs no `touch`.  (Today a path holding a control is printed JSON-quoted, in
+    double quotes, where sh runs `$(…)`.)"""
+    payload = "%s$(touch pwned)" % control
+    project = make_workspace(tmp_path / ("project" + payload))
+    installed("gemini")
+    gemini_rules(home, ["!%s/*" % project])
+    outcome = doctor("--client", "gemini", "--config-dir", str(tmp_path / ("config" + payload)),
+                     cwd=project)
+    fixes = [check["fix"] for check in outcome.checks.values() if check["fix"]]
+    assert outcome["client"]["status"] == "warn" and outcome["config_dir"]["status"] == "warn", \
+        outcome.out
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    pasted_in_sh(fixes, scratch)
+    assert [str(path) for path in tmp_path.rglob("pwned")] == []
+
+
+def test_rule29_powershell_fixes_name_paths_literally():
+    """The control of PowerShell's half: `-Path` expands wildcards (`[1]` in a folder's name
+    names another folder) in every cmdlet but New-Item, which has no `-LiteralPath` and whose
+    `-Path` takes none (its documentation, 2.0 to 7.6).  Every fix that takes a path gives it
+    as `-LiteralPath`, or to New-Item's `-Path`.  (This held already; the kit's `Invoke-Item`
+    did not: test_plugin.py.)"""
+    words = {"path": "'C:\\kits [1]\\memprove'", "target": "'C:\\kits [1]\\x'",
+             "value": "'v'", "name": "NAME"}
+    for name, template in sorted(mp.SHELLS["powershell"].items()):
+        if isinstance(template, str) and "{path}" in template:
+            line = template.format(**words)
+            assert "-LiteralPath " in line or line.startswith("New-Item "), (name, line)

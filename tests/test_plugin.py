@@ -16,7 +16,9 @@ import zipfile
 
 import pytest
 
-from harness import REPO, SAFETY_TIMEOUT, run_cli, server_path, snapshot
+from harness import (INSTALLED, REPO, SAFETY_TIMEOUT, clean_env, gemini_installed, gemini_rules,
+                     pasted_in_sh, run_cli, server_path, snapshot)
+from hardening_support import OTHER_UID, needs_root
 
 sys.path.insert(0, str(REPO))
 import memprove_mcp as mp  # noqa: E402  (kit_commands, given a platform)
@@ -333,52 +335,9 @@ def test_macos_prints_claude_desktops_command_and_linux_none():
 
 
 # -- doctor finds what a client installed from a kit ------------------------------------
-# Each client's record of an installed kit, as the pinned clients write it
-# (docs/plugin.md, "doctor"); the interop tier checks doctor against the real clients.
-
-def claude_installed(home, kit, enabled=True):
-    plugins = home / ".claude" / "plugins"
-    plugins.mkdir(parents=True)
-    (home / ".claude" / "settings.json").write_text(json.dumps(
-        {"enabledPlugins": {"memprove@memprove": enabled},
-         "extraKnownMarketplaces": {"memprove": {"source": {"source": "directory",
-                                                             "path": str(kit)}}}}))
-    (plugins / "known_marketplaces.json").write_text(json.dumps(
-        {"memprove": {"source": {"source": "directory", "path": str(kit)},
-                      "installLocation": str(kit)}}))
-
-
-def codex_installed(home, kit, enabled=True):
-    import shutil
-    codex = home / ".codex"
-    version = read_json(kit, VERSIONED[1])["version"]
-    shutil.copytree(str(kit / "memprove"), str(codex / "plugins" / "cache" / "memprove" /
-                                               "memprove" / version))
-    (codex / "config.toml").write_text(
-        'model = "x"\n\n[marketplaces.memprove]\nsource_type = "local"\nsource = "%s"\n\n'
-        '[plugins."memprove@memprove"]\nenabled = %s\n' % (kit, "true" if enabled else "false"))
-
-
-def gemini_installed(home, kit, enabled=True):
-    """As `gemini extensions install`; not enabled: as `gemini extensions disable memprove`
-    then writes it, a rule for the home folder and those below it."""
-    import shutil
-    extension = home / ".gemini" / "extensions" / "memprove"
-    shutil.copytree(str(kit / "memprove"), str(extension))
-    (extension / ".gemini-extension-install.json").write_text(json.dumps(
-        {"source": str(kit / "memprove"), "type": "local"}))
-    if not enabled:
-        gemini_rules(home, ["!%s/*" % home])
-
-
-def gemini_rules(home, overrides):
-    (home / ".gemini" / "extensions" / "extension-enablement.json").write_text(json.dumps(
-        {"memprove": {"overrides": overrides}}, indent=2))
-
-
-INSTALLED = {"claude-code": claude_installed, "codex": codex_installed,
-             "gemini": gemini_installed}
-
+# Each client's record of an installed kit, as the pinned clients write it, is
+# harness.INSTALLED (docs/plugin.md, "doctor"); the interop tier checks doctor against the
+# real clients.
 
 def doctor_client(python, pyz, client, env, cwd, kit_config):
     done = run_cli(python, pyz, ["mcp", "doctor", "--client", client, "--json",
@@ -523,3 +482,176 @@ def test_a_glob_of_many_stars_costs_its_length_times_the_paths():
     regular expression of it takes longer than any test would wait)."""
     assert mp.folder_glob_matches("*a" * 2000 + "b", "/" + "a" * 4000 + "/") is False
     assert mp.folder_glob_matches("*a" * 2000 + "/*", "/" + "a" * 4000 + "/") is True
+
+
+# -- who may change the kit, what writing it removes, what its commands run --------------
+# contract.md §6 rules 25, 26 and 29 (issue 32).  Clients run a kit's entry in place at
+# every session, so whoever can change the kit's folder runs code as the user; writing a
+# kit again must not take a user's files with it; a command printed to be pasted must run
+# exactly what it shows.
+
+def refused_in_one_line(done):
+    """Exit status 1, nothing on standard output, one line on standard error: the line."""
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == b"", done.stdout
+    line = done.stderr.decode("utf-8")
+    assert line.count("\n") == 1 and line.startswith("memprove-mcp: "), line
+    return line
+
+
+@pytest.mark.parametrize("mode, depth", [(0o777, 1), (0o775, 1), (0o1777, 1), (0o777, 2)],
+                         ids=["others-can-write", "the-group-can-write", "sticky-like-tmp",
+                              "two-folders-up"])
+def test_rule25_a_kit_below_a_folder_others_can_write_is_refused(
+        pyz, newest_python, make_env, private_place, kit_config, mode, depth):
+    """A folder above DIR that others (or the group) can write, a sticky one like /tmp
+    included (another user can make the folder again once it is gone): another user can put
+    a kit of theirs in DIR's place, whose entry runs their code at the user's next session.
+    `mcp plugin` refuses in one line naming that folder, and writes nothing.  (Today it
+    writes the kit there, exit 0.)"""
+    shared = private_place / "shared"
+    shared.mkdir()
+    os.chmod(str(shared), mode)
+    parent = shared
+    if depth == 2:
+        parent = shared / "mine"
+        parent.mkdir()
+        os.chmod(str(parent), 0o755)
+    before = snapshot(private_place)
+    done = write_kit(newest_python, pyz, parent / "kit", make_env(), private_place,
+                     "--config-dir", kit_config)
+    line = refused_in_one_line(done)
+    assert str(shared) in line, line
+    assert snapshot(private_place) == before
+
+
+def test_rule25_a_folder_of_another_user_is_refused(pyz, newest_python, make_env,
+                                                    private_place, kit_config):
+    """DIR exists, empty, and belongs to another user (a real other uid): they could fill
+    it again after the kit is written.  Refused in one line naming it, nothing written.
+    (Today the empty folder is replaced by the kit, exit 0.)"""
+    needs_root("give a folder to another uid")
+    folder = private_place / "kit"
+    folder.mkdir()
+    os.chown(str(folder), OTHER_UID, OTHER_UID)
+    before = snapshot(private_place)
+    done = write_kit(newest_python, pyz, folder, make_env(), private_place,
+                     "--config-dir", kit_config)
+    line = refused_in_one_line(done)
+    assert str(folder) in line, line
+    assert snapshot(private_place) == before
+
+
+def hand_made_marketplace(folder):
+    """What decides today that DIR holds "an earlier kit": a marketplace naming memprove."""
+    (folder / ".claude-plugin").mkdir(parents=True)
+    (folder / ".claude-plugin" / "marketplace.json").write_text(
+        json.dumps({"name": "memprove", "owner": {"name": "me"}, "plugins": []}))
+
+
+def git_repository(folder):
+    (folder / ".git" / "objects").mkdir(parents=True)
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+
+
+def notes(folder):
+    (folder / "NOTES.md").write_text("A month of notes.\n")
+
+
+def sources(folder):
+    (folder / "src").mkdir()
+    (folder / "src" / "main.py").write_text("print('a clone of my own')\n")
+
+
+def bundle_folder(folder):
+    """A name the kit writes, of another kind: memprove.mcpb a folder of the user's."""
+    (folder / "memprove.mcpb").mkdir()
+    (folder / "memprove.mcpb" / "keep.txt").write_text("mine\n")
+
+
+MORE_THAN_A_KIT = {"a .git": git_repository, "notes": notes, "a clone's sources": sources,
+                   "all three": lambda folder: [make(folder) for make in
+                                                (git_repository, notes, sources)],
+                   "a kit's name of another kind": bundle_folder}
+
+
+@pytest.mark.parametrize("extra", sorted(MORE_THAN_A_KIT))
+def test_rule26_a_folder_holding_more_than_a_kit_is_refused_and_nothing_moved(
+        pyz, newest_python, make_env, private_place, kit_config, extra):
+    """DIR's marketplace names memprove, but DIR also holds a `.git`, notes, a clone's
+    sources, or a folder where the kit writes a file: `mcp plugin DIR` refuses in one line,
+    exit status 1, naming DIR; nothing in DIR is moved or removed and nothing is left beside
+    it.  (Today the whole folder is moved aside and deleted, exit 0: data loss.)"""
+    folder = private_place / "kit"
+    hand_made_marketplace(folder)
+    MORE_THAN_A_KIT[extra](folder)
+    before = snapshot(private_place)
+    done = write_kit(newest_python, pyz, folder, make_env(), private_place,
+                     "--config-dir", kit_config)
+    line = refused_in_one_line(done)
+    assert str(folder) in line, line
+    assert snapshot(private_place) == before
+
+
+def test_rule26_a_failed_run_leaves_nothing_beside_the_folder(local_users, private_place,
+                                                              kit_config, make_env):
+    """An earlier kit that the user (a real uid, not root) cannot move: its folder is
+    0555, so renaming it aside fails.  The run fails with exit status 1 and says nothing
+    changed, and nothing changed: the kit is as it was and no `.memprove-kit-*` folder is
+    left beside it.  (Today one `.memprove-kit-old-*` folder stays per try.)"""
+    users = local_users
+    victim = users.victim
+    parent = private_place / "kits"
+    parent.mkdir()
+    folder = parent / "kit"
+    # The earlier kit, written as root where root's kit may be, then given to the victim.
+    assert run_cli(users.python, users.pyz, ["mcp", "plugin", folder, "--config-dir",
+                                             kit_config], make_env(), private_place).returncode == 0
+    env = clean_env(victim.home, victim.env())
+    victim.own(parent)
+    os.chmod(str(folder), 0o555)
+    before = snapshot(parent)
+    for _ in range(2):
+        done = run_cli(users.python, users.pyz, ["mcp", "plugin", folder, "--config-dir",
+                                                 kit_config], env, parent, user=victim)
+        refused_in_one_line(done)
+    assert sorted(os.listdir(str(parent))) == ["kit"], os.listdir(str(parent))
+    assert snapshot(parent) == before
+
+
+def command_lines(stdout):
+    """Every command `mcp plugin` printed to be pasted."""
+    found, _ = blocks(stdout.decode("utf-8"))
+    return [command for commands in found.values() for command in commands]
+
+
+@pytest.mark.parametrize("control", ["\t", "\n", "\x1b", "\u2028"],
+                         ids=["tab", "newline", "escape", "u2028"])
+def test_rule29_a_kit_folder_whose_name_holds_a_command_never_runs_it(
+        pyz, newest_python, make_env, private_place, kit_config, control):
+    """DIR named `kit<control>$(touch pwned)`: a control makes the path JSON-quoted, in
+    double quotes, where sh runs `$(…)`.  Either `mcp plugin` refuses it (one line, nothing
+    written), or every install and update line it prints, pasted into sh, runs no `touch`.
+    (Today the lines run it.)"""
+    folder = private_place / ("kit%s$(touch pwned)" % control)
+    done = write_kit(newest_python, pyz, folder, make_env(), private_place,
+                     "--config-dir", kit_config)
+    if done.returncode != 0:
+        refused_in_one_line(done)
+        assert not os.path.lexists(str(folder))
+    else:
+        scratch = private_place / "scratch"
+        scratch.mkdir()
+        lines = command_lines(done.stdout)
+        assert lines, done.stdout
+        pasted_in_sh(lines, scratch)
+    assert [str(path) for path in private_place.rglob("pwned")] == []
+
+
+def test_rule29_powershell_lines_name_paths_literally():
+    """PowerShell's `-Path` (and a path given without a parameter name) expands wildcards:
+    `[x]` in a folder's name would name another file.  The Windows commands that take a
+    path give it as `-LiteralPath`.  (Today: `Invoke-Item 'C:\\...\\memprove.mcpb'`.)"""
+    found, _ = blocks(mp.kit_commands("C:\\Users\\ana\\kits [1]", "0.1.0+x", "win32"))
+    assert found["Claude Desktop:"] == [
+        "Invoke-Item -LiteralPath 'C:\\Users\\ana\\kits [1]\\memprove.mcpb'"], found

@@ -195,6 +195,92 @@ def test_rule19_one_accounts_folder_in_a_folder_anyone_can_write_is_not_a_servic
     assert server.close() == 0
 
 
+@pytest.fixture
+def others_home(local_users):
+    """A folder in another user's home where the victim can look (0755), outside /tmp so
+    that no folder above it can be written by others, as a home's is: /var/lib stands for
+    /home here."""
+    base = Path(tempfile.mkdtemp(prefix="memprove-home-", dir="/var/lib"))
+    os.chmod(str(base), 0o755)
+    folder = base / "other" / "memprove"
+    folder.mkdir(parents=True)
+    for path in (folder.parent, folder):
+        os.chmod(str(path), 0o755)
+    local_users.other.own(folder.parent)
+    yield folder
+    shutil.rmtree(str(base), ignore_errors=True)
+
+
+# A folder another user can write: a team's (setgid, the group theirs) or one like /tmp
+# (where fs.protected_symlinks is 0, a link there is followed by anyone).
+SHARED_FOLDERS = {"a team folder (2775)": 0o2775, "a sticky folder like /tmp (1777)": 0o1777}
+
+
+@pytest.mark.parametrize("shared", sorted(SHARED_FOLDERS))
+def test_rule19_a_link_another_user_made_to_their_home_gets_no_token(local_users, start_server,
+                                                                    planted, others_home,
+                                                                    shared):
+    """The configured data directory is `memprove-data` in a shared folder; another user
+    who can write that folder made it a link to a folder in their home, wrote daemon.json
+    there and listens on the port it names.  Judged on the resolved path alone, their
+    folder looks like a service account's (theirs, in folders no one else can write), so
+    every call and doctor sent them the token.  The link is another user's, in a folder
+    others can write: no tool call and no doctor run connects to the listener, the call
+    is `daemon_unavailable`, `context` warns and doctor's `daemon` check fails."""
+    users = local_users
+    victim, other = users.victim, users.other
+    _, token, env = victims_token(users, planted)
+    project = victims_project(users)
+    listener = UserListener(users, other)
+    plant_daemon_json(others_home, listener.url, other, 0o644)
+    team = users.directory("team")
+    os.chown(str(team), 0, other.gid)
+    os.chmod(str(team), SHARED_FOLDERS[shared])
+    link = team / "memprove-data"
+    os.symlink(str(others_home), str(link))
+    os.lchown(str(link), other.uid, other.gid)
+    env = dict(env, MEMPROVE_DATA_DIR=str(link))
+    server = start_server(python=users.python, program=users.pyz, env=env, cwd=project,
+                          user=victim)
+    server.initialize()
+    try:
+        tasks = call_tool(server, "tasks")
+        context = call_tool(server, "context")
+        status, checks, output = doctor_as(users, victim, env, project)
+    finally:
+        received = listener.stop()
+    # Counted, never shown: the bytes carry the token.
+    assert len(received) == 0, "the listener was connected to %d times (the token in %d)" % (
+        len(received), sum(token.encode() in data for data in received))
+    assert tasks[0] == "daemon_unavailable", tasks
+    assert context[0] == "ok" and context[1]["config"]["daemon_url"] is None, context
+    assert "daemon.json not trusted" in context[1]["config"]["warnings"], context
+    assert (status, checks["daemon"]["status"]) == (1, "fail"), checks["daemon"]
+    assert server.close() == 0
+    assert token.encode() not in output
+
+
+def test_rule19_the_users_own_link_to_their_data_directory_still_works(local_users,
+                                                                        start_server, planted):
+    """The control: the victim's own link, in a folder of theirs no one else can write, to
+    their own data directory where their daemon runs: believed, the call answered."""
+    users = local_users
+    victim = users.victim
+    daemon_data, token, env = victims_token(users, planted)
+    UserDaemon(users, victim, daemon_data, token)
+    mine = users.directory("mine", owner=victim, mode=0o700)
+    link = mine / "memprove-data"
+    os.symlink(str(daemon_data), str(link))
+    os.lchown(str(link), victim.uid, victim.gid)
+    env = dict(env, MEMPROVE_DATA_DIR=str(link))
+    server = start_server(python=users.python, program=users.pyz, env=env,
+                          cwd=victims_project(users), user=victim)
+    server.initialize()
+    code, value = call_tool(server, "tasks")
+    assert code == "ok" and value["tasks"] == [], value
+    assert server.close() == 0
+
+
 def test_rule19_the_users_own_daemon_in_a_private_folder_still_works(hserve, config, daemon):
     """The control: the daemon of the tests' own user, in pytest's private folder."""
     server = hserve(config=config, timeout=5)

@@ -392,3 +392,14 @@ def test_the_readme_by_hand_lines_speak_mcp(pyz, config, daemon, workspace, make
     assert tasks.get("isError") is not True, tasks
     assert tasks["structuredContent"]["tasks"] == []
     assert [op["op"] for op in daemon.ops] == ["listTasks"]
+
+
+def test_the_readme_stays_short_and_names_no_dist_in_an_entry():
+    """Issue 31: at most 400 lines, for users first; an entry written from an example must
+    not name the clone's dist/, which the next build replaces."""
+    text = (REPO / "README.md").read_text("utf-8")
+    assert len(text.splitlines()) <= 400
+    writes_an_entry = ("print-config", "mcp plugin", "claude mcp add", "mcp serve --config-dir")
+    named = [line for line in example_lines(text)
+             if any(word in line for word in writes_an_entry) and "dist/" in line]
+    assert named == [], named

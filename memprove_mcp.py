@@ -116,6 +116,7 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   opener             the command that opens a file as a double-click would,
 #                      where Claude Desktop runs
 #   hook_shell         the shell clients run a hook's command with (SHELLS below)
+#   separator          what joins a folder and a name in a path printed for the platform
 #   share_modes        a file another process has open cannot be opened or
 #                      replaced for a while: a refusal is waited out, not
 #                      reported (the C runtime's open gives no winerror, so
@@ -125,18 +126,20 @@ PLATFORMS = {
               "home": "HOME", "versioned_python": "python{0}",
               "posix_files": True, "drive_letters": False, "system_path": None,
               "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False,
-              "file_lock": "flock", "opener": None, "hook_shell": "sh"},
+              "file_lock": "flock", "opener": None, "hook_shell": "sh",
+              "separator": "/"},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
                "home": "HOME", "versioned_python": "python{0}",
                "posix_files": True, "drive_letters": False,
                "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None,
                "share_modes": False, "file_lock": "flock", "opener": "open",
-               "hook_shell": "sh"},
+               "hook_shell": "sh", "separator": "/"},
     "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
               "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
               "socket_tables": None, "share_modes": True, "file_lock": "msvcrt",
-              "opener": "Invoke-Item -LiteralPath", "hook_shell": "sh"},
+              "opener": "Invoke-Item -LiteralPath", "hook_shell": "sh",
+              "separator": "\\"},
 }
 
 
@@ -1154,11 +1157,28 @@ def kit_folder_refusal(folder, platform=PLATFORM):
     import stat
     if status is None or not stat.S_ISDIR(status.st_mode):
         return "%s is not a folder the kit can be written into." % shown_path(folder)
+    if not os.access(folder, os.W_OK) or not os.access(os.path.dirname(folder), os.W_OK):
+        # Moving it aside would fail half-way (a folder's `..` is written when it moves).
+        return "%s cannot be replaced: you may not write it or the folder it is in." % (
+            shown_path(folder))
     other = not_of_a_kit(folder)
     if other:
         return ("%s holds %s, which no kit holds: give a new or empty folder, or one an "
                 "earlier `mcp plugin` wrote." % (shown_path(folder), shown_path(other)))
+    if os.listdir(folder) and not earlier_kit(folder):
+        return ("%s holds another marketplace: give a new or empty folder, or one an earlier "
+                "`mcp plugin` wrote." % shown_path(folder))
     return None
+
+
+def earlier_kit(folder):
+    """Whether `folder`'s marketplace names memprove."""
+    try:
+        data = read_regular(os.path.join(folder, ".claude-plugin", "marketplace.json"), 65536)[0]
+        marketplace = load_json(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(marketplace, dict) and marketplace.get("name") == KIT_NAME
 
 
 def folder_others_can_change(folder, platform=PLATFORM):
@@ -1291,10 +1311,10 @@ KIT_PREFACE = (
 
 
 def kit_commands(folder, version, platform=PLATFORM):
-    shell = SHELLS[PLATFORMS[platform]["shell"]]
+    shell, separator = SHELLS[PLATFORMS[platform]["shell"]], PLATFORMS[platform]["separator"]
     paths = {"folder": shell_word(shell, folder),
-             "extension": shell_word(shell, os.path.join(folder, KIT_NAME)),
-             "bundle": shell_word(shell, os.path.join(folder, KIT_NAME + ".mcpb")),
+             "extension": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME),
+             "bundle": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME + ".mcpb"),
              "open": PLATFORMS[platform]["opener"]}
     lines = [line.format(version=version, folder=shown_path(folder)) for line in KIT_PREFACE]
     for client, commands in KIT_INSTALL:
@@ -5609,7 +5629,10 @@ def check_client(found):
                     shown_name(loader), print_config_line(found) if "kit" not in entry else
                     kit_update_line(found, name, entry["kit"]["folder"])))
     if "kit" in entry:
-        changeable = kit_changeable(entry["kit"]["plugin"], found["platform"])
+        # The folder the client runs it from, and the .pyz its entry names (Codex's names
+        # the kit's own, outside Codex's copy).
+        changeable = kit_changeable(entry["kit"]["plugin"], found["platform"]) or \
+            kit_changeable(kit_program(entry), found["platform"])
         if changeable:
             return ("fail", "client_entry_unsafe", "the memprove entry in %s comes from a kit "
                     "others can change: %s" % (place, changeable),
@@ -5715,6 +5738,12 @@ MAX_ARCHIVE = 64 * 1024 * 1024       # bytes of a kit's .pyz worth comparing
 MAX_KIT_ENTRIES = 1000               # a kit holds a score; a folder of more is no kit of ours
 
 
+def kit_program(entry):
+    """The .pyz a kit's entry runs: its first argument after the interpreter."""
+    command, args = entry["command"] or "", entry["args"]
+    return args[0] if INTERPRETER.match(os.path.basename(command)) and args else command
+
+
 def kit_changeable(folder, platform=PLATFORM):
     """What of a kit's folder another user can change, said in words, or
     None (§6 rule 25): the folder, or anything in it, that belongs to
@@ -5724,7 +5753,7 @@ def kit_changeable(folder, platform=PLATFORM):
     if not PLATFORMS[platform]["posix_files"] or not folder:
         return None
     trusted, seen = (os.geteuid(), 0), 0
-    for directory, folders, files in os.walk(folder):
+    for directory, folders, files in os.walk(folder) if os.path.isdir(folder) else [(folder, (), ())]:
         for path in [directory] + [os.path.join(directory, name) for name in folders + files]:
             seen += 1
             if seen > MAX_KIT_ENTRIES:

@@ -31,6 +31,13 @@ ratio to the row's baseline, the target and whether it was met.
   `pack` of a 10,000-claim Capsule end to end through the server against
   `claims [1]` of it (plain, with a query, at budget 60,000), with the
   server's share of `claims [1]` beside `json.loads` of the same bytes.
+- The session-start hook (`mcp hook session-start`, spawn until it exits, its
+  input written and closed as a client does): with a Task in the context beside
+  a cold `mcp serve` answering `server/discover` then its first `pack` (what
+  the model would otherwise wait for), and with no Task beside `python3 -I -c
+  pass`; and its bound, whatever the daemon does: against a daemon that
+  accepts and never answers (MEMPROVE_TIMEOUT=1000), and with its standard
+  input never closed.
 - Memory: the server's peak RSS (VmHWM) after start and after N calls, its
   threads and open file descriptors.
 
@@ -89,6 +96,8 @@ PLAN = {
     "pack_medium": (100, 20),    # render_pack, 10,000 claims
     "pack_large": (15, 1),       # render_pack, 100,000 claims
     "pack_e2e": (40, 12),        # pack of 10,000 claims through the server
+    "hook": (40, 12),            # each session-start hook variant and its baselines
+    "hook_bound": (3, 1),        # each hook that meets a silent daemon or open input (~1-3 s)
     "memory_calls": (10000, 1000),
 }
 
@@ -1150,6 +1159,186 @@ def phase_calls(setting, pyz, quick, report):
 
 
 # ---------------------------------------------------------------------------
+# Phase 2b: the session-start hook
+# ---------------------------------------------------------------------------
+
+HOOK_ARGS = ["mcp", "hook", "session-start", "--client", "claude-code"]
+PACK_LINE = request_line(2, "tools/call", {"name": "pack", "arguments": {}, "_meta": MODERN_META})
+HOOK_BOUND = 3.0                 # seconds: the hook's whole run, whatever the daemon does
+
+
+def hook_input(cwd):
+    """What Claude Code writes on a SessionStart hook's standard input."""
+    return json.dumps({"session_id": str(uuid.uuid4()), "transcript_path": "/nonexistent",
+                       "cwd": cwd, "hook_event_name": "SessionStart",
+                       "source": "startup"}).encode("utf-8")
+
+
+def spawn_until_exit(argv, stdin, env, cwd, close_input=True):
+    """(seconds from spawn until the process has exited, its standard output).  stdin: bytes
+    written, then closed (close_input) or held open until the process has exited."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=env, cwd=cwd)
+    WATCHDOG.arm(process)
+    try:
+        if close_input:
+            out, err = process.communicate(stdin)
+        else:
+            if stdin:
+                process.stdin.write(stdin)
+                process.stdin.flush()
+            out = process.stdout.read()           # until it closes its standard output
+            err = process.stderr.read()
+            process.wait()
+        elapsed = time.perf_counter() - started
+    finally:
+        WATCHDOG.disarm(process)
+        finish(process)
+    if process.pid in WATCHDOG.killed:
+        raise BenchError("%s: still running after %d s" % (" ".join(argv), REQUEST_TIMEOUT))
+    if process.returncode != 0 or err:
+        raise BenchError("%s: exit %s, standard error %r" % (" ".join(argv), process.returncode,
+                                                            err[:300]))
+    return elapsed, out
+
+
+def hook_spoke(out):
+    try:
+        value = json.loads(out.decode("utf-8"))
+        return out.count(b"\n") == 1 and bool(value["hookSpecificOutput"]["additionalContext"])
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+class SilentDaemon:
+    """A loopback listener that accepts every connection and never answers."""
+
+    def __init__(self):
+        import socket
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.held = []
+        self.thread = threading.Thread(target=self.accept, name="bench-silent", daemon=True)
+        self.thread.start()
+
+    def accept(self):
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(connection)
+
+    def close(self):
+        self.sock.close()
+        for connection in self.held:
+            connection.close()
+
+
+def phase_hook(setting, pyz, quick, report):
+    """`mcp hook session-start` from spawn to exit (a client waits for its exit), beside what
+    it replaces (a cold server's first `pack`) and the interpreter's floor."""
+    py = sys.executable
+    with_task = setting.env("reads")                 # phase_calls left its context a Task
+    root = setting.workspaces["reads"]
+    no_task_root = os.path.join(setting.folder, "home", "no-task")
+    os.makedirs(os.path.join(no_task_root, ".memprove"))
+    no_task = dict(setting.base_env, CLAUDE_PROJECT_DIR=no_task_root)
+    silent = SilentDaemon()
+    silent_data = os.path.join(setting.folder, "silent-data")
+    os.makedirs(silent_data, mode=0o700)
+    os.chmod(silent_data, 0o700)
+    with open(os.path.join(silent_data, "daemon.json"), "w") as handle:
+        json.dump({"url": silent.url, "pid": os.getpid()}, handle)
+    silent_env = dict(with_task, MEMPROVE_DATA_DIR=silent_data, MEMPROVE_TIMEOUT="1000")
+    hook = [py, pyz] + HOOK_ARGS
+
+    def floor():
+        return spawn_until_exit([py, "-I", "-c", "pass"], b"", no_task, no_task_root)[0]
+
+    def serve_pack():
+        return spawn_until_answer([py, pyz, "mcp", "serve"], [DISCOVER_LINE, PACK_LINE], with_task,
+                                  root, tool_answered)
+
+    def hook_with_task():
+        elapsed, out = spawn_until_exit(hook, hook_input(root), with_task, root)
+        if not hook_spoke(out):
+            raise BenchError("the hook with a Task printed %r" % out[:300])
+        return elapsed
+
+    def hook_without_task():
+        elapsed, out = spawn_until_exit(hook, hook_input(no_task_root), no_task, no_task_root)
+        if out != b"":
+            raise BenchError("the hook without a Task printed %r" % out[:300])
+        return elapsed
+
+    def hook_silent_daemon():
+        elapsed, out = spawn_until_exit(hook, hook_input(root), silent_env, root)
+        if out != b"":
+            raise BenchError("the hook facing a silent daemon printed %r" % out[:300])
+        return elapsed
+
+    def hook_open_input():
+        elapsed, out = spawn_until_exit(hook, b"", with_task, root, close_input=False)
+        if not hook_spoke(out):
+            raise BenchError("the hook with its input held open printed %r" % out[:300])
+        return elapsed
+
+    variants = {"floor": floor, "serve_pack": serve_pack, "hook_task": hook_with_task,
+                "hook_none": hook_without_task}
+    bounded = {"hook_silent": hook_silent_daemon, "hook_open": hook_open_input}
+    try:
+        for function in variants.values():        # once untimed: the bytecode cache, the OS's
+            function()
+        reps = PLAN["hook"][quick]
+        bound_reps = PLAN["hook_bound"][quick]
+        progress("session-start hook: %d repetitions of %d variants, %d of %d bounded ones"
+                 % (reps, len(variants), bound_reps, len(bounded)))
+        samples = dict((name, []) for name in list(variants) + list(bounded))
+        rng = random.Random(4)
+        for rep in range(reps):
+            order = sorted(variants) + (sorted(bounded) if rep < bound_reps else [])
+            rng.shuffle(order)
+            for name in order:
+                samples[name].append((variants.get(name) or bounded[name])())
+    finally:
+        silent.close()
+
+    floor_value = median(samples["floor"])
+    serve_value = median(samples["serve_pack"])
+    report.section("Session-start hook (spawn → exit), %s" % short_python())
+    report.add("`python3 -I -c pass`, until it exits: **the floor**", ms(floor_value),
+               ms(percentile(samples["floor"], 0.9)), "baseline of the hook without a Task")
+    report.add("cold `mcp serve` → `server/discover`, then its first `pack` answered",
+               ms(serve_value), ms(percentile(samples["serve_pack"], 0.9)),
+               "baseline of the hook with a Task; %s floor" % ratio_text(serve_value / floor_value))
+    value = median(samples["hook_task"])
+    report.add("hook with a Task (`--client claude-code`, Claude Code's input): the Pack printed",
+               ms(value), ms(percentile(samples["hook_task"], 0.9)),
+               "%s cold `pack` (%+.1f ms), %s floor" % (
+                   ratio_text(value / serve_value), (value - serve_value) * 1000,
+                   ratio_text(value / floor_value)),
+               "≤ 1.3× cold `pack`", value / serve_value <= 1.3)
+    value = median(samples["hook_none"])
+    report.add("hook with no Task in the context: silent", ms(value),
+               ms(percentile(samples["hook_none"], 0.9)),
+               "%s floor (%+.1f ms)" % (ratio_text(value / floor_value),
+                                        (value - floor_value) * 1000),
+               "≤ 1.3× floor", value / floor_value <= 1.3)
+    for name, label in (("hook_silent", "hook, the daemon accepts and never answers "
+                                         "(`MEMPROVE_TIMEOUT=1000`): silent"),
+                        ("hook_open", "hook, its standard input never closed: the Pack printed")):
+        longest = max(samples[name])
+        report.add(label, ms(median(samples[name])), ms(percentile(samples[name], 0.9)),
+                   "longest of %d: %s" % (len(samples[name]), ms(longest)),
+                   "≤ %.0f s, every run" % HOOK_BOUND, longest <= HOOK_BOUND)
+    return samples
+
+
+# ---------------------------------------------------------------------------
 # Phase 3: the Pack
 # ---------------------------------------------------------------------------
 
@@ -1411,6 +1600,7 @@ def main(argv=None):
         phase_cold(setting, pyz, quick, report, not args.no_sdk)
         phase_cold_newest(setting, quick, report)
         phase_calls(setting, pyz, quick, report)
+        phase_hook(setting, pyz, quick, report)
         setting.daemon.clear_ops()
         phase_pack(quick, report, capsules)
         phase_pack_e2e(setting, pyz, quick, report, capsules[10000])

@@ -745,10 +745,14 @@ def local_users(pyz):
 def private_place():
     """A new folder that no other user can change, nor any folder above it (contract.md §6
     rule 25 asks this of a kit's folder; pytest's tmp_path lies in /tmp, which anyone can
-    write): as root, made in /var/lib; otherwise in ~/.cache/memprove-mcp-tests (where
-    the tests keep what they install).  Removed after the test."""
+    write): as root, made in /var/lib/memprove-mcp-tests (which tests/pythons.sh binds
+    into its chroot, as it binds /tmp, and other users can pass through); otherwise in
+    ~/.cache/memprove-mcp-tests (where the tests keep what they install).  Removed after
+    the test."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        base = Path("/var/lib")
+        base = Path("/var/lib/memprove-mcp-tests")
+        base.mkdir(exist_ok=True)
+        os.chmod(str(base), 0o755)
     else:
         base = Path.home() / ".cache" / "memprove-mcp-tests"
         base.mkdir(parents=True, exist_ok=True)

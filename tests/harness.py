@@ -504,6 +504,18 @@ WINDOWS_POSIX_ONLY = {
         "deleting a process's working directory (Windows refuses to)",
     "test_no_input.py::test_rule4_flood_of_large_calls_keeps_memory_bounded":
         "reads the server's memory and blocked read from /proc (under Wine: Wine's loader)",
+    "test_hook.py::test_silence_for_an_untrusted_daemon_json_and_no_request":
+        "file modes (Windows has ACLs)",
+    "test_hook.py::test_print_config_hook_prints_an_entry_whose_command_gives_the_pack":
+        "runs the printed hook command with sh, as the clients do on Linux and macOS",
+    "test_hook.py::test_the_kits_hooks_json_runs_the_hook_under_sh":
+        "runs the kit's hook command with sh, as the clients do on Linux and macOS",
+    "test_hook.py::test_a_kit_written_with_workspace_names_it_in_the_hook":
+        "runs the kit's hook command with sh, as the clients do on Linux and macOS",
+    "test_hook.py::test_doctors_hook_check":
+        "doctor and print-config run under the tests' POSIX Python beside the server's context",
+    "test_hook.py::test_doctors_hook_check_finds_the_kit_each_client_installed":
+        "doctor and the kit run under the tests' POSIX Python beside the server's context",
 }
 
 

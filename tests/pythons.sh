@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Provide CPython 3.14 and 3.15 for the tests: Debian unstable's python3.14 and
-# python3.15 in a minimal chroot made by debootstrap, with /tmp, /proc and /dev
+# python3.15 in a minimal chroot made by debootstrap, with /tmp, /proc, /dev and the tests' private folder
 # bound into it, and one two-line wrapper per interpreter in
 #
 #     ${XDG_CACHE_HOME:-~/.cache}/memprove-mcp-pythons/bin/python3.14, python3.15
@@ -25,7 +25,10 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/memprove-mcp-pythons"
 ROOT="$CACHE/sid"
 BIN="$CACHE/bin"
 MIRROR="${MEMPROVE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-MOUNTS=(/tmp /proc /dev)
+# The tests' private folder (hardening_support.private_place) too: a kit is written only
+# where no one else can change it (contract.md §6 rule 25), which /tmp is not.
+PRIVATE=/var/lib/memprove-mcp-tests
+MOUNTS=(/tmp /proc /dev "$PRIVATE")
 
 say() { echo "tests/pythons.sh: $*" >&2; }
 
@@ -52,6 +55,7 @@ if ! complete; then
     make_sid "${packages%,}" "about a minute"
     complete || { say "the chroot lacks an interpreter: ${VERSIONS[*]}"; exit 1; }
 fi
+mkdir -p "$PRIVATE" && chmod 755 "$PRIVATE"
 bind_mounts
 
 mkdir -p "$BIN"

@@ -85,6 +85,13 @@ def blocks(stdout):
 
 
 @pytest.fixture
+def tmp_path(private_place):
+    """Each test's folder, private: a kit is refused where another user could change it,
+    as under /tmp, where pytest's own folders are (contract.md §6 rule 25)."""
+    return private_place
+
+
+@pytest.fixture
 def kit_config(tmp_path):
     directory = tmp_path / "config"
     directory.mkdir()
@@ -219,8 +226,8 @@ def test_an_empty_folder_or_an_earlier_kit_is_replaced_whole(pyz, newest_python,
     folder.mkdir()
     assert write_kit(newest_python, pyz, folder, make_env(), tmp_path,
                      "--config-dir", kit_config).returncode == 0
-    (folder / "memprove" / "left-from-before.txt").write_text("stale")
     (folder / "memprove" / "memprove_mcp.pyz").write_bytes(b"an older archive")
+    (folder / "memprove" / "hooks" / "hooks.json").unlink()     # a kit from before the hook
     done = write_kit(newest_python, pyz, folder, make_env(), tmp_path, "--config-dir", kit_config)
     assert done.returncode == 0, done.stderr
     assert kit_files(folder) == sorted(KIT_FILES)
@@ -320,7 +327,8 @@ def test_windows_python_writes_the_kit_and_powershell_commands(pyz, windows_pyth
     found, _ = blocks(done.stdout.decode("utf-8"))
     windows_folder = server_path(folder, windows_python)
     assert found["Claude Code:"][0] == "claude plugin marketplace add '%s'" % windows_folder
-    assert found["Claude Desktop:"] == ["Invoke-Item '%s\\memprove.mcpb'" % windows_folder]
+    assert found["Claude Desktop:"] == ["Invoke-Item -LiteralPath '%s\\memprove.mcpb'" %
+                                        windows_folder]
     entry = read_json(folder, "memprove/.mcp.json")["mcpServers"]["memprove"]
     assert entry["command"].lower().endswith("python.exe"), entry
     assert entry["args"][0] == "${CLAUDE_PLUGIN_ROOT}/memprove_mcp.pyz"

@@ -404,3 +404,42 @@ def test_the_readme_stays_short_and_names_no_dist_in_an_entry():
     named = [line for line in example_lines(text)
              if any(word in line for word in writes_an_entry) and "dist/" in line]
     assert named == [], named
+
+
+def test_the_readme_quick_start_runs_as_written(config, daemon, tmp_path, private_place):
+    """The Quick start block run by `sh -e` in a copy of the clone (the build must not write
+    into this one) with a fresh HOME (in a private place: a kit under /tmp is refused, §6
+    rule 25): the token pasted on standard input, the data-dir line naming a real daemon's
+    folder. doctor finds token, data directory and daemon ok; the kit is written where the
+    block says, holding the copy of the .pyz that stays."""
+    found = [block for block in example_blocks((REPO / "README.md").read_text("utf-8"))
+             if "build_zipapp.py" in block and "mcp plugin" in block]
+    assert len(found) == 1, found
+    placeholder = "/path/to/the/daemons/data-dir"
+    assert found[0].count(placeholder) == 1
+    script = found[0].replace(placeholder, shlex.quote(str(config.data_dir)))
+    clone = tmp_path / "clone"
+    (clone / "pyz").mkdir(parents=True)
+    for name in ("build_zipapp.py", "memprove_mcp.py", "pyz/__main__.py", "pyz/bytecode_cache.py"):
+        (clone / name).write_bytes((REPO / name).read_bytes())
+    home, bin_dir = private_place / "home", tmp_path / "bin"
+    home.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))
+    env = {"PATH": "%s:%s" % (bin_dir, os.environ.get("PATH", os.defpath)), "HOME": str(home),
+           "LANG": "C.UTF-8"}
+    done = subprocess.run(["sh", "-ec", script], cwd=str(clone), env=env,
+                          input=(config.token + "\n").encode(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=300)
+    out = done.stdout.decode("utf-8", "replace")
+    assert done.returncode == 0, (out, done.stderr.decode("utf-8", "replace"))
+    for check in ("config_dir", "token", "data_dir", "daemon"):
+        assert re.search(r"^ok +%s " % check, out, re.M), (check, out)
+    token = home / ".config" / "memprove" / "token"
+    assert token.read_text() == config.token + "\n"
+    assert os.stat(str(token)).st_mode & 0o077 == 0
+    kept = home / ".local" / "share" / "memprove" / "memprove_mcp.pyz"
+    assert (home / ".local" / "share" / "memprove" / "kit" / "memprove" /
+            "memprove_mcp.pyz").read_bytes() == kept.read_bytes()
+    assert "claude plugin install memprove@memprove" in out
+    assert [op["op"] for op in daemon.ops if op["op"] != "listTasks"] == []

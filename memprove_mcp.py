@@ -324,7 +324,8 @@ OPTIONS = {
 
 
 def parse_command_line(argv):
-    if argv in (["--help"], ["-h"]):
+    # `--help` anywhere in an `mcp` command, `mcp --help` too, is help, never a usage error.
+    if argv in (["--help"], ["-h"]) or argv[:1] == ["mcp"] and ("--help" in argv or "-h" in argv):
         return "help", {}
     if argv == ["--version"]:
         return "version", {}
@@ -545,6 +546,42 @@ def workspace_folder(environ, workspace):
     return [] if workspace else [("MEMPROVE_WORKSPACE", "${workspaceFolder}")]
 
 
+# -- the environment each client gives a server --------------------------------
+# What the server reads from its environment (the token, the data directory,
+# the Workspace) is only what the client passes on; doctor --client judges
+# those in that environment (clients-verified.md, measured).
+
+def passes_everything(environ, entry_env, names=()):
+    return dict(environ, **entry_env)
+
+
+# Codex passes a few variables of its own, then those `env_vars` names.
+CODEX_PASSES = ("HOME", "LANG", "LC_ALL", "PATH", "SHELL", "TERM", "TMPDIR", "USER", "LOGNAME",
+                "SSL_CERT_FILE", "SSL_CERT_DIR", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
+                "SYSTEMROOT", "PATHEXT", "TEMP", "TMP")
+
+
+def passes_what_codex_names(environ, entry_env, names=()):
+    kept = dict((name, environ[name]) for name in CODEX_PASSES + tuple(names) if name in environ)
+    return dict(kept, **entry_env)
+
+
+# Gemini CLI drops every inherited variable whose name holds one of these
+# (its environment sanitising), then expands `$VAR` in the entry's env from
+# its own environment.
+GEMINI_DROPS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "AUTH", "CREDENTIAL", "CREDS",
+                "PRIVATE", "CERT")
+
+
+def passes_what_gemini_keeps(environ, entry_env, names=()):
+    kept = dict((name, value) for name, value in environ.items()
+                if not any(word in name.upper() for word in GEMINI_DROPS))
+    for name, value in entry_env.items():
+        reference = VARIABLE_REFERENCE.match(value)
+        kept[name] = environ.get(value.strip("${}"), "") if reference else value
+    return kept
+
+
 def token_file_reference(environ, workspace):
     """Gemini drops inherited variables whose names hold TOKEN; it expands
     `$VAR` in `env`, so a reference (a name, never the value) passes the
@@ -554,7 +591,7 @@ def token_file_reference(environ, workspace):
 
 
 def client(file_format, shape, where, project_file=None, env=None, user_files=(),
-           expands=(), agent=None, hook=None):
+           expands=(), agent=None, hook=None, passes=None):
     """One row of CLIENTS.
 
     `where` is the standard-error line's place, `{project}` standing for the
@@ -572,13 +609,16 @@ def client(file_format, shape, where, project_file=None, env=None, user_files=()
     entry, the user's last: print-config --hook names that one; how its
     handler names the command on Windows, HOOK_FORMS; and, for a client that
     runs a kit's hook only once the user trusts it, the function that says
-    why doctor finds it not trusted, or None).
+    why doctor finds it not trusted, or None).  `passes` gives the
+    environment the client starts a server with, from its own and the
+    entry's (SERVER_ENVIRONMENTS; by default all of its own).
     """
     if not isinstance(user_files, dict):
         user_files = {"posix": user_files}
     return {"format": file_format, "shape": shape, "where": where,
             "project_file": project_file, "env": env, "user_files": user_files,
-            "expands": expands, "agent": agent, "hook": hook}
+            "expands": expands, "agent": agent, "hook": hook,
+            "passes": passes or passes_everything}
 
 
 CLIENTS = {
@@ -594,6 +634,7 @@ CLIENTS = {
     "codex": client(
         "toml", codex_entry, "{user}",
         user_files=(("codex", ("config.toml",), ()),), agent="codex-mcp-client",
+        passes=passes_what_codex_names,
         hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),), "cmd",
               lambda found, handler: codex_hook_distrust(found, handler))),
     "gemini": client(
@@ -601,7 +642,7 @@ CLIENTS = {
         "{project} (project) or in {user} (user); Gemini starts it only in a trusted folder",
         project_file=(".gemini", "settings.json"), env=token_file_reference,
         user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",),
-        agent="gemini-cli-mcp-client",
+        agent="gemini-cli-mcp-client", passes=passes_what_gemini_keeps,
         hook=("GEMINI_SESSION_ID", (("root", (".gemini", "settings.json")),
                                     ("home", (".gemini", "settings.json"))), "powershell", None)),
     "opencode": client(
@@ -896,15 +937,18 @@ KIT_DESCRIPTION = ("The memprove ledger for coding agents: resume a Task from it
 KIT_AUTHOR = {"name": KIT_NAME}
 
 
-def kit_server(root, stdio_type=False, trailing=()):
+def kit_server(root, stdio_type=False, trailing=(), client=None):
     """The server entry of a kit file: this interpreter, the kit's .pyz
     through `root` (a client's root variable, or a function of the kit that
-    gives the folder), and print-config's arguments."""
+    gives the folder), and print-config's arguments and environment (that of
+    `client`'s entry: Gemini's passes the token file by reference)."""
     def shape(kit):
         entry = {"type": "stdio"} if stdio_type else {}
         entry["command"] = kit["python"]
         entry["args"] = [(root if isinstance(root, str) else root(kit)) + KIT_ARCHIVE] + kit["args"]
         entry["env"] = {"MEMPROVE_CONFIG_DIR": kit["config_dir"]}
+        if client and CLIENTS[client]["env"]:
+            entry["env"].update(CLIENTS[client]["env"](kit["environ"], None))
         entry.update(trailing)
         return entry
     return shape
@@ -924,7 +968,7 @@ KIT_SERVERS = {
     "claude-code": (kit_server("${CLAUDE_PLUGIN_ROOT}/", stdio_type=True), ("${",)),
     "codex": (kit_server(kit_plugin_folder, trailing=(("env_vars", list(SHELL_VARIABLES)),)),
               ("${",)),
-    "gemini": (kit_server("${extensionPath}${/}" + KIT_NAME + "${/}"), ("$",)),
+    "gemini": (kit_server("${extensionPath}${/}" + KIT_NAME + "${/}", client="gemini"), ("$",)),
     "claude-desktop": (kit_server("${__dirname}/"), ("${",)),
 }
 
@@ -1123,6 +1167,13 @@ def plugin(options):
                          "changed there.\n" % (shown_path(folder), error.strerror or "error"))
         return 1
     write_stdout_bytes(kit["commands"].encode("utf-8"))
+    token = os.path.join(kit["config_dir"], "token")
+    if not os.path.isfile(token):
+        # The one place every client's server finds the token: Gemini CLI passes no variable
+        # whose name holds TOKEN, Codex only those its entry names.
+        sys.stderr.write("memprove-mcp: %s does not exist: put your token there (only you may "
+                         "read it), or the kit's server has none under Gemini CLI.\n"
+                         % shown_path(token))
     return 0
 
 
@@ -1141,7 +1192,8 @@ def kit_values(options, folder):
     if workspace:
         args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
     kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
-           "args": args, "archive": archive, "folder": utf8_text(folder)}
+           "args": args, "archive": archive, "folder": utf8_text(folder),
+           "environ": dict(os.environ)}
     kit["hook_words"] = [kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE),
                          "mcp", "hook", "session-start"] + args[2:]
     kit["version"] = kit_version(kit)
@@ -1346,6 +1398,15 @@ KIT_INSTALL = (
 KIT_ENABLE = {"claude-code": "claude plugin enable memprove@memprove",
               "codex": "codex plugin add memprove@memprove",
               "gemini": "gemini extensions enable memprove --scope workspace"}
+# What takes the kit out of each client again (measured with the pinned
+# clients: doctor then finds no entry); Gemini keeps its enablement file.
+KIT_REMOVE = (
+    ("Claude Code", ("claude plugin uninstall memprove@memprove",
+                     "claude plugin marketplace remove memprove")),
+    ("Codex CLI", ("codex plugin remove memprove@memprove",
+                   "codex plugin marketplace remove memprove")),
+    ("Gemini CLI", ("gemini extensions uninstall memprove",)),
+)
 KIT_UPDATE = {"claude-code": ("claude plugin update memprove@memprove",),
               "codex": ("codex plugin add memprove@memprove",),
               "gemini": ("gemini extensions update memprove",)}
@@ -1355,6 +1416,8 @@ KIT_PREFACE = (
     "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
     "Each session then starts with the Pack of the Task you work on (the kit's hook);",
     "Codex runs that hook only once you trust it: start `codex` once and trust the hooks.",
+    "To check it inside an agent: ask it to call the memprove tool `context` (in Claude Code,",
+    "/mcp lists the server too).",
     "",
 )
 
@@ -1372,6 +1435,8 @@ def kit_commands(folder, version, platform=PLATFORM):
         lines += ["  " + command.format(**paths) for command in commands]
     lines.append("To update after writing the kit again:")
     lines += ["  " + command for commands in KIT_UPDATE.values() for command in commands]
+    lines.append("To remove it (then delete the folder):")
+    lines += ["  " + command for _, commands in KIT_REMOVE for command in commands]
     return "\n".join(lines) + "\n"
 
 
@@ -1540,6 +1605,10 @@ def log_hook(outcome, started):
 
 def serve(options):
     install_signal_handlers()
+    if stdin_is_a_terminal():
+        # A person ran it by hand: say what this is.  A pipe gets nothing (protocol.md).
+        sys.stderr.write(TERMINAL_NOTICE)
+        sys.stderr.flush()
     transport = Transport(options)
     transport.run(sys.stdin.buffer)
     # Every answer was flushed as it was written; leave without the interpreter's
@@ -1550,6 +1619,18 @@ def serve(options):
         except (OSError, ValueError):
             pass
     os._exit(0)
+
+
+TERMINAL_NOTICE = (
+    "memprove-mcp: this is the memprove MCP server; a client starts it (see `mcp plugin` or "
+    "`mcp print-config`) and speaks JSON-RPC to it, one message a line; Ctrl-D ends it.\n")
+
+
+def stdin_is_a_terminal():
+    try:
+        return os.isatty(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def install_signal_handlers():
@@ -3189,8 +3270,8 @@ TOOLS_BY_NAME = dict((entry["name"], entry) for entry in TOOLS)
 # the first daemon request is about to be sent (contract.md §4's order).
 
 class Call:
-    def __init__(self, options, client, roots=None):
-        self.environ = dict(os.environ)
+    def __init__(self, options, client, roots=None, environ=None):
+        self.environ = dict(os.environ if environ is None else environ)
         self.config_dir = config_directory(options.get("config_dir"), self.environ)
         self.client = client
         self.warnings = []
@@ -5281,7 +5362,9 @@ def doctor(options, platform=PLATFORM):
     """Run the checks of doctor.md in order, print them; return the exit status."""
     found = {"options": options, "environ": dict(os.environ), "failed": set(),
              "program": this_program(), "token": None, "platform": platform,
-             "shell": SHELLS[PLATFORMS[platform]["shell"]]}
+             "shell": SHELLS[PLATFORMS[platform]["shell"]],
+             "client": options.get("client") or "claude-code"}
+    found["server_environ"] = server_environment(found)
     checks = []
     for name, check in DOCTOR_CHECKS:
         try:
@@ -5307,6 +5390,35 @@ def doctor(options, platform=PLATFORM):
     # backslashreplace: a path that is not UTF-8 shows as \udcXX, which is still JSON.
     write_stdout_bytes(text.encode("utf-8", "backslashreplace"))
     return 1 if failed else 0
+
+
+def server_environment(found):
+    """The environment the client starts this server with (its `passes`), from
+    this shell's and the memprove entry's, or print-config's entry where it
+    has none yet: what the token, data directory and Workspace are judged in."""
+    name, shell = found["client"], found["environ"]
+    workspace = found["options"].get("workspace")
+    probe = dict(found, root=find_workspace(shell, workspace).root)
+    try:
+        entry = find_client_entry(name, probe)[1] or find_kit_entry(name, probe)[1]
+    except Exception:                    # the client check says what is wrong with it
+        entry = None
+    if entry and "unreadable" not in entry:
+        entry_env = dict((key, value) for key, value in entry["env"].items()
+                         if isinstance(value, str))
+        names = [value for key, value in entry["keyed"] if key == "env_vars" and
+                 isinstance(value, str)]
+    else:                                # print-config's entry, which the fix will print
+        entry_env = dict(CLIENTS[name]["env"](shell, workspace) if CLIENTS[name]["env"] else [])
+        names = SHELL_VARIABLES
+    passed = CLIENTS[name]["passes"](shell, entry_env, names)
+    # The configuration directory is the one doctor is asked about (the client check says
+    # when the entry names another): resolved as in this shell.
+    for variable in ("MEMPROVE_CONFIG_DIR", "XDG_CONFIG_HOME", "APPDATA"):
+        passed.pop(variable, None)
+        if shell.get(variable):
+            passed[variable] = shell[variable]
+    return passed
 
 
 def doctor_lines(checks):
@@ -5473,8 +5585,8 @@ def interpreter_origin(found):
 
 
 def check_config_dir(found):
-    directory, source = config_directory(found["options"].get("config_dir"), found["environ"],
-                                         True, found["platform"])
+    directory, source = config_directory(found["options"].get("config_dir"),
+                                         found["server_environ"], True, found["platform"])
     found["config_dir"] = directory
     detail = "%s (from %s)" % (shown_path(directory), source)
     if not os.path.isdir(directory):
@@ -5483,7 +5595,7 @@ def check_config_dir(found):
 
 
 def check_token(found):
-    environ, config_dir = found["environ"], found["config_dir"]
+    environ, config_dir = found["server_environ"], found["config_dir"]
     source, path = token_source(environ, config_dir)
     where = source if path is None else "%s (%s)" % (source, shown_path(path))
     try:
@@ -5508,6 +5620,15 @@ def token_failure(found, problem, source, path, where):
             % shown_path(path))
         return ("the token from %s has white space or a character outside printable ASCII"
                 % where, remedy)
+    dropped = [name for name in ("MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE")
+               if found["environ"].get(name) and not found["server_environ"].get(name)]
+    if source is None and dropped:
+        # Set in this shell, but the client does not pass it on: the file works for every client.
+        private = found["shell"]["private"] and fix(found, "private", path=own_file)
+        return ("%s is set in this shell, but %s does not pass it to its servers, and %s does "
+                "not exist" % (" and ".join(dropped), found["client"], shown_path(own_file)),
+                "write the token into %s%s" % (shown_path(own_file),
+                                               ", then: " + private if private else ""))
     if source is None:
         return ("not set: MEMPROVE_TOKEN and MEMPROVE_TOKEN_FILE are empty and %s does not exist"
                 % shown_path(own_file), point_at_file)
@@ -5522,7 +5643,7 @@ def token_failure(found, problem, source, path, where):
 
 
 def check_data_dir(found):
-    environ, config_dir = found["environ"], found["config_dir"]
+    environ, config_dir = found["server_environ"], found["config_dir"]
     set_it = fix(found, "set", name="MEMPROVE_DATA_DIR", value=example(found, "data_dir"))
     try:
         data_dir, source = data_directory(environ, config_dir)
@@ -5542,7 +5663,8 @@ def check_data_dir(found):
 def check_workspace(found):
     warnings = []
     # As the per-call object finds it; doctor has no client, so no roots.
-    workspace = find_workspace(found["environ"], found["options"].get("workspace"), None, warnings)
+    workspace = find_workspace(found["server_environ"], found["options"].get("workspace"), None,
+                               warnings)
     ignored = "".join(", %s (ignored)" % warning for warning in warnings)
     project = example(found, "project")
     elsewhere = "cd %s, or give it: --workspace %s" % (project, project)
@@ -5606,12 +5728,12 @@ def check_daemon(found):
                 % shown_path(found["data_dir"]), DAEMON_FIXES[problem.code])
     # The per-call object resolves and sends exactly as a tool call does: one
     # listTasks, a read, never retried, bounded by MEMPROVE_TIMEOUT.
-    call = Call(found["options"], None)
+    call = Call(found["options"], None, environ=found["server_environ"])
     try:
         answer = call.send("listTasks", query={"workspace": call.root})
         tasks = records(answer, "tasks", TASK_FIELDS)
     except Problem as problem:
-        seconds = timeout_setting(found["environ"]) or DEFAULT_TIMEOUT
+        seconds = timeout_setting(found["server_environ"]) or DEFAULT_TIMEOUT
         detail = "%s: %s" % (url, {
             "daemon_unavailable": "nobody answers there",
             "daemon_timeout": "no answer to listTasks within %g s" % seconds,
@@ -5657,6 +5779,10 @@ def check_client(found):
         kit = " or a plugin kit" if name in KIT_FINDERS else ""
         return ("warn", None, "no memprove entry for %s in %s%s" % (name, ", ".join(looked), kit),
                 print_config_line(found))
+    if "unreadable" in entry:
+        return ("warn", None, "the memprove entry in %s cannot be read: %s" % (
+            place, entry["unreadable"]), "write it as print-config prints it: %s" %
+            print_config_line(found))
     holder = token_holder(entry, found["token"])
     if holder:
         token_file = os.path.join(found["config_dir"], "token")
@@ -5713,7 +5839,8 @@ def check_client(found):
             os.path.abspath(os.path.expanduser(config_dir)) != found.get("config_dir"):
         return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
                 % (place, shown_path(config_dir)), print_config_line(found))
-    copy = ", the kit's copy of it, version %s" % shown_path(entry["kit"]["version"]) \
+    copy = ", version %s" % archive_version(
+        read_regular(found["program"], MAX_ARCHIVE + 1)[0]) \
         if "kit" in entry else ""
     return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
 
@@ -5886,9 +6013,10 @@ def stale_kit(found, name, place, entry, program):
                 "%s" % (place, shown_path(program), what), print_config_line(found))
     if installed == running:
         return None
-    this = archive_version(running)
+    # The versions of the archives themselves: Codex's entry runs the kit's .pyz, which a
+    # kit written again replaces, while its copy's manifest keeps the version it was made of.
     return ("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
-            "one, version %s" % (place, shown_path(entry["kit"]["version"]), this),
+            "one, version %s" % (place, archive_version(installed), archive_version(running)),
             kit_update_line(found, name, entry["kit"]["folder"]))
 
 
@@ -6171,8 +6299,51 @@ def read_client_entry(path, keys):
     if path.endswith(".json"):
         return json_client_entry(data, keys)
     if path.endswith(".toml"):
-        return toml_client_entry(data)
-    return yaml_client_entry(data)
+        return parsed_toml_entry(data, keys) if toml_parser() else \
+            honest(toml_client_entry(data), data, TOML_UNREAD)
+    return honest(yaml_client_entry(data), data, YAML_UNREAD)
+
+
+def toml_parser():
+    """The standard library's TOML parser (Python 3.11 on), or None."""
+    try:
+        import tomllib
+    except ImportError:
+        return None
+    return tomllib
+
+
+def parsed_toml_entry(data, keys):
+    """The entry of a TOML file read whole by tomllib, as Codex reads it: any
+    layout TOML allows (inline tables, dotted keys, multi-line arrays,
+    literal strings); a file that is no TOML is said to be unreadable."""
+    tomllib = toml_parser()
+    try:
+        document = tomllib.loads(data)
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError):
+        return {"unreadable": "it is not valid TOML"}
+    return mapped_entry(document, ("mcp_servers", KIT_NAME))
+
+
+# Where no parser reads the file, layouts the line scanner cannot read as the
+# client would (dotted keys, an inline table, a multi-line array or string;
+# YAML's flow mappings, anchors and block scalars): met near a memprove
+# entry, doctor says it cannot tell rather than give a wrong verdict.
+TOML_UNREAD = Pattern("(?m)^\\s*(mcp_servers\\s*\\.\\s*[\"']?memprove\\b|memprove\\s*[.=])"
+                      "|'''|\"\"\"|=\\s*\\[[^\\]\\n]*$")
+YAML_UNREAD = Pattern("(?m)[\"']?memprove[\"']?\\s*:\\s*[{&*]|:\\s*[|>&*{]|^\\s*-\\s*\\{")
+UNREADABLE = ("its layout is not one doctor reads without a parser for its format "
+              "(this Python has none)")
+
+
+def honest(entry, data, unread):
+    """A scanned entry, or {"unreadable": why} where the scanner met a layout
+    it cannot read near the entry (or anywhere, when it found none but the
+    file names memprove)."""
+    near = entry["text"] if entry else data
+    if (entry or KIT_NAME in data) and unread.search(near):
+        return {"unreadable": UNREADABLE}
+    return entry
 
 
 def json_client_entry(data, keys):
@@ -6180,6 +6351,11 @@ def json_client_entry(data, keys):
         value = load_json(data)
     except (ValueError, RecursionError):
         return None
+    return mapped_entry(value, keys)
+
+
+def mapped_entry(value, keys):
+    """The entry at `keys` of a parsed document (JSON, or TOML through tomllib)."""
     for key in keys:
         if not isinstance(value, dict) or key not in value:
             return None
@@ -6191,10 +6367,14 @@ def json_client_entry(data, keys):
     if isinstance(command, list):              # opencode: [command, ...args]
         command, args = (command[0] if command else None), command[1:]
     env = value.get("env", value.get("environment", value.get("envs")))
+    try:
+        text = dump_json(value, ascii=False)
+    except (TypeError, ValueError):      # a TOML date, which JSON has no form for
+        text = str(value)
     return {"command": command if isinstance(command, str) else None,
             "args": [arg for arg in args if isinstance(arg, str)],
             "env": env if isinstance(env, dict) else {},
-            "keyed": keyed_values(value), "text": dump_json(value, ascii=False)}
+            "keyed": keyed_values(value), "text": text}
 
 
 def keyed_values(value):

@@ -582,6 +582,33 @@ def passes_what_gemini_keeps(environ, entry_env, names=()):
     return kept
 
 
+# -- the command each client adds a server with -----------------------------------
+# Measured with the pinned clients: run as printed, each writes the entry
+# doctor then finds (Claude Code's local scope: ~/.claude.json for the
+# repository's root; Codex: config.toml, without `env_vars`, which its
+# command cannot write; Gemini CLI's user settings, which need no trusted
+# folder).  Claude Code and Codex take the server's words after `--`;
+# Gemini CLI its command before `--` and the arguments after it.
+
+def claude_adds(python, program, config_dir, environ):
+    return ["claude", "mcp", "add", KIT_NAME, "-e", "MEMPROVE_CONFIG_DIR=" + config_dir, "--",
+            python, program, "mcp", "serve", "--config-dir", config_dir]
+
+
+def codex_adds(python, program, config_dir, environ):
+    return ["codex", "mcp", "add", KIT_NAME, "--env", "MEMPROVE_CONFIG_DIR=" + config_dir, "--",
+            python, program, "mcp", "serve", "--config-dir", config_dir]
+
+
+def gemini_adds(python, program, config_dir, environ):
+    reference = []
+    for name, value in token_file_reference(environ, None):
+        reference += ["-e", "%s=%s" % (name, value)]
+    return ["gemini", "mcp", "add", "-s", "user", KIT_NAME, "-e",
+            "MEMPROVE_CONFIG_DIR=" + config_dir] + reference + [
+        python, "--", program, "mcp", "serve", "--config-dir", config_dir]
+
+
 def token_file_reference(environ, workspace):
     """Gemini drops inherited variables whose names hold TOKEN; it expands
     `$VAR` in `env`, so a reference (a name, never the value) passes the
@@ -591,7 +618,7 @@ def token_file_reference(environ, workspace):
 
 
 def client(file_format, shape, where, project_file=None, env=None, user_files=(),
-           expands=(), agent=None, hook=None, passes=None):
+           expands=(), agent=None, hook=None, passes=None, adds=None):
     """One row of CLIENTS.
 
     `where` is the standard-error line's place, `{project}` standing for the
@@ -611,14 +638,16 @@ def client(file_format, shape, where, project_file=None, env=None, user_files=()
     runs a kit's hook only once the user trusts it, the function that says
     why doctor finds it not trusted, or None).  `passes` gives the
     environment the client starts a server with, from its own and the
-    entry's (SERVER_ENVIRONMENTS; by default all of its own).
+    entry's (by default all of its own).  `adds`, for a client with a command
+    that adds a server, gives its words from (interpreter, .pyz, configuration
+    directory, environment): doctor's fix for a missing entry.
     """
     if not isinstance(user_files, dict):
         user_files = {"posix": user_files}
     return {"format": file_format, "shape": shape, "where": where,
             "project_file": project_file, "env": env, "user_files": user_files,
             "expands": expands, "agent": agent, "hook": hook,
-            "passes": passes or passes_everything}
+            "passes": passes or passes_everything, "adds": adds}
 
 
 CLIENTS = {
@@ -628,13 +657,13 @@ CLIENTS = {
         project_file=(".mcp.json",),
         user_files=(("home", (".claude.json",), ("projects", "<root>")),
                     ("home", (".claude.json",), ())),
-        expands=("${",), agent="claude-code",
+        expands=("${",), agent="claude-code", adds=claude_adds,
         hook=("CLAUDECODE", (("root", (".claude", "settings.json")),
                              ("home", (".claude", "settings.json"))), "exec", None)),
     "codex": client(
         "toml", codex_entry, "{user}",
         user_files=(("codex", ("config.toml",), ()),), agent="codex-mcp-client",
-        passes=passes_what_codex_names,
+        passes=passes_what_codex_names, adds=codex_adds,
         hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),), "cmd",
               lambda found, handler: codex_hook_distrust(found, handler))),
     "gemini": client(
@@ -642,7 +671,7 @@ CLIENTS = {
         "{project} (project) or in {user} (user); Gemini starts it only in a trusted folder",
         project_file=(".gemini", "settings.json"), env=token_file_reference,
         user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",),
-        agent="gemini-cli-mcp-client", passes=passes_what_gemini_keeps,
+        agent="gemini-cli-mcp-client", passes=passes_what_gemini_keeps, adds=gemini_adds,
         hook=("GEMINI_SESSION_ID", (("root", (".gemini", "settings.json")),
                                     ("home", (".gemini", "settings.json"))), "powershell", None)),
     "opencode": client(
@@ -5553,6 +5582,21 @@ def print_config_line(found):
     return doctor_command(found, *words)
 
 
+def add_entry_line(found, name):
+    """The fix for a missing entry: the client's own command that adds it, so
+    that doctor then finds it; for a client without one, the print-config
+    line and the file its entry goes in."""
+    adds = CLIENTS[name]["adds"]
+    if adds is None:
+        base, parts, _ = client_places(name, found["platform"])[0]
+        path = place_path(base, parts, found["environ"], found.get("root"), found["platform"])
+        return "%s, and put what it prints in %s" % (print_config_line(found),
+                                                     shown_path(path or "the client's file"))
+    python = os.path.abspath(sys.executable)
+    words = adds(python, found["program"], found["config_dir"], found["environ"])
+    return " ".join(shell_word(found["shell"], word) for word in words)
+
+
 # -- the checks, in doctor.md's order -----------------------------------------
 
 def check_python(found):
@@ -5778,7 +5822,7 @@ def check_client(found):
     if entry is None:
         kit = " or a plugin kit" if name in KIT_FINDERS else ""
         return ("warn", None, "no memprove entry for %s in %s%s" % (name, ", ".join(looked), kit),
-                print_config_line(found))
+                add_entry_line(found, name))
     if "unreadable" in entry:
         return ("warn", None, "the memprove entry in %s cannot be read: %s" % (
             place, entry["unreadable"]), "write it as print-config prints it: %s" %

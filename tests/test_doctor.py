@@ -875,6 +875,25 @@ def test_a_data_dir_codexs_entry_does_not_pass_fails(doctor, daemon, config, doc
     assert outcome.status("daemon") == "ok", outcome.out
 
 
+def test_a_workspace_codexs_entry_does_not_pass_is_not_judged(doctor, daemon, config, doctor_pyz,
+                                                              home, workspace, tmp_path):
+    """MEMPROVE_WORKSPACE set in this shell, left out of the entry's env_vars: Codex's server
+    finds its Workspace by its working directory, and doctor judges that one."""
+    elsewhere = make_workspace(tmp_path / "elsewhere")
+    codex = home / ".codex" / "config.toml"
+    codex.parent.mkdir()
+    codex.write_text(codex_block(doctor_pyz, config.dir))
+    shell = {"MEMPROVE_WORKSPACE": workspace}
+    assert "MEMPROVE_WORKSPACE" not in codex.read_text()
+    outcome = doctor("--client", "codex", env=shell, cwd=elsewhere)
+    assert outcome["workspace"]["detail"].startswith(
+        "%s (found by working directory)" % elsewhere.resolve()), outcome["workspace"]
+    # Claude Code passes the shell's: the same shell finds the other Workspace.
+    outcome = doctor("--client", "claude-code", env=shell, cwd=elsewhere)
+    assert outcome["workspace"]["detail"].startswith(
+        "%s (found by MEMPROVE_WORKSPACE)" % workspace.resolve()), outcome["workspace"]
+
+
 def test_opencode_command_list(doctor, daemon, config, doctor_pyz, workspace):
     entry = {"type": "local", "command": [str(doctor_pyz), "mcp", "serve", "--config-dir", str(config.dir)],
              "environment": {"MEMPROVE_CONFIG_DIR": str(config.dir)}, "enabled": True}

@@ -157,14 +157,20 @@ def doctor_client(pyz, client, home, project, config_dir, extra=None):
 
 
 def found_the_kit(check, version):
+    """doctor's client check on a kit: ok, naming the version of the archive that runs."""
     assert check["status"] == "ok" and "(from a plugin kit)" in check["detail"] and \
-        "runs this server" in check["detail"] and version in check["detail"], check
+        "runs this server, version %s" % archive_part(version) in check["detail"], check
 
 
 def kit_version(kit):
     """The version the kit gives its plugin (the marketplace's entry; every manifest agrees)."""
     marketplace = json.loads((kit / ".claude-plugin" / "marketplace.json").read_text("utf-8"))
     return marketplace["plugins"][0]["version"]
+
+
+def archive_part(version):
+    """A kit's version less the digest of its other files: the archive's own version."""
+    return version.rsplit(".", 1)[0]
 
 
 def file_sha(path):
@@ -563,13 +569,14 @@ def test_gemini_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_p
     kit = tmp_path / "kit"
     blocks = printed_blocks(kit_python.write_kit(pyz, kit, agent.config_dir, agent.home))
     install, update = commands_for(blocks, "gemini")
-    code, out, err = agent.run("gemini", "extensions", "validate", str(kit / KIT))
+    # Gemini's extension is the kit's folder itself (plugin.md).
+    code, out, err = agent.run("gemini", "extensions", "validate", str(kit))
     assert code == 0 and "successfully validated" in out + err, describe(code, out, err)
     run_printed(agent_runner(agent), install, ANSWERS["gemini"])
     # `extensions install` copies the extension into ~/.gemini/extensions; `link` would
     # read it in place.
     linked = install[0][1:3] == ["extensions", "link"]
-    gemini_pyz = (kit / KIT if linked else agent.home / ".gemini" / "extensions" / KIT) / ARCHIVE
+    gemini_pyz = (kit if linked else agent.home / ".gemini" / "extensions" / KIT) / KIT / ARCHIVE
     listed, out = gemini_listed(agent)
     assert [row for row in listed if KIT in row[1]] == [
         ("\u2713", KIT, KIT, " ".join([str(kit_python.path), str(gemini_pyz), "mcp", "serve",

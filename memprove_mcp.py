@@ -1318,15 +1318,8 @@ def folder_others_can_change(folder, platform=PLATFORM):
     again), said in words; None where the system has no POSIX modes."""
     if not PLATFORMS[platform]["posix_files"]:
         return None
-    trusted, places = (os.geteuid(), 0), []
-    for start in (folder, os.path.realpath(folder)):
-        place = start
-        while True:
-            places.append(place)
-            parent = os.path.dirname(place)
-            if parent == place:
-                break
-            place = parent
+    trusted = (os.geteuid(), 0)
+    places = list(path_and_parents(folder)) + list(path_and_parents(os.path.realpath(folder)))
     for place in places:
         try:
             status = os.stat(place)
@@ -1491,7 +1484,7 @@ def session_start_hook(options):
     """Print the Pack as the client's hook output, or nothing; exit 0 always."""
     started = time.monotonic()
     sys.stderr = open(os.devnull, "w")   # whatever goes wrong, standard error stays empty
-    outcome = {"log": "no answer within %g s" % (HOOK_TIME - HOOK_MARGIN)}
+    outcome = {}
     done = _thread.allocate_lock()
     done.acquire()
 
@@ -1506,13 +1499,16 @@ def session_start_hook(options):
 
     _thread.start_new_thread(work, ())
     answered = done.acquire(True, max(0.0, started + HOOK_TIME - HOOK_MARGIN - time.monotonic()))
-    if answered and outcome.get("text"):
+    # Unanswered, the worker may still write to `outcome`: what is said is fixed here.
+    said = dict(outcome) if answered else {
+        "log": "no answer within %g s" % (HOOK_TIME - HOOK_MARGIN), "source": outcome.get("source")}
+    if said.get("text"):
         try:
             write_stdout_bytes(json_bytes({"hookSpecificOutput": {
-                "hookEventName": "SessionStart", "additionalContext": outcome["text"]}}) + b"\n")
+                "hookEventName": "SessionStart", "additionalContext": said["text"]}}) + b"\n")
         except (AttributeError, OSError, ValueError):    # no standard output, or closed
-            outcome["log"] = "standard output closed"
-    log_hook(outcome, started)
+            said["log"] = "standard output closed"
+    log_hook(said, started)
     # Leave at once: a read of standard input or a daemon exchange may still be waiting.
     os._exit(0)
 
@@ -2138,14 +2134,16 @@ def start_directory(paths):
 def folders_above(path):
     """The (device, inode) of `path` and of each folder above it; a folder
     that cannot be looked at is left out."""
-    found = set()
+    return set(identity for identity in map(folder_identity, path_and_parents(path)) if identity)
+
+
+def path_and_parents(path):
+    """`path`, then each folder above it up to the root."""
     while True:
-        identity = folder_identity(path)
-        if identity:
-            found.add(identity)
+        yield path
         parent = os.path.dirname(path)
         if parent == path:
-            return found
+            return
         path = parent
 
 
@@ -3862,15 +3860,7 @@ def climb_to_root(start, warnings=None):
     `.memprove/` owned by neither the user nor root is passed over, as git
     passes over another user's repository (§6 rule 15): in a shared directory
     it would make another user's folder the Workspace."""
-    home = os.path.realpath(os.path.expanduser("~"))
-    off_limits = set()
-    place = home
-    while True:
-        off_limits.add(place)
-        parent = os.path.dirname(place)
-        if parent == place:
-            break
-        place = parent
+    off_limits = set(path_and_parents(os.path.realpath(os.path.expanduser("~"))))
     repository = None
     place = start
     while True:

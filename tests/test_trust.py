@@ -80,6 +80,20 @@ UNTRUSTED = {
 }
 
 
+def the_victims_calls(start_server, users, env, project, listener):
+    """(the victim's server, its `tasks` and `context`, doctor's (status, checks, output),
+    what the listener received), all in `env`: every way the token could leave by."""
+    server = start_server(python=users.python, program=users.pyz, env=env, cwd=project,
+                          user=users.victim)
+    server.initialize()
+    try:
+        return (server, call_tool(server, "tasks"), call_tool(server, "context"),
+                doctor_as(users, users.victim, env, project), listener.stop())
+    except BaseException:
+        listener.stop()
+        raise
+
+
 @pytest.mark.parametrize("case", sorted(UNTRUSTED))
 def test_rule19_a_daemon_json_someone_else_could_write_gets_no_token(local_users, start_server,
                                                                     planted, case):
@@ -98,15 +112,8 @@ def test_rule19_a_daemon_json_someone_else_could_write_gets_no_token(local_users
     shared = users.directory("memprove-data", owner=who[folder_owner], mode=folder_mode)
     plant_daemon_json(shared, listener.url, who[file_owner], file_mode)
     env = dict(env, MEMPROVE_DATA_DIR=str(shared))
-    server = start_server(python=users.python, program=users.pyz, env=env, cwd=project,
-                          user=victim)
-    server.initialize()
-    try:
-        tasks = call_tool(server, "tasks")
-        context = call_tool(server, "context")
-        status, checks, output = doctor_as(users, victim, env, project)
-    finally:
-        received = listener.stop()
+    server, tasks, context, (status, checks, output), received = the_victims_calls(
+        start_server, users, env, project, listener)
     assert tasks == ("daemon_unavailable", UNAVAILABLE + hint), tasks
     assert context[0] == "ok" and context[1]["config"]["daemon_url"] is None, context
     assert "daemon.json not trusted" in context[1]["config"]["warnings"], context
@@ -240,15 +247,8 @@ def test_rule19_a_link_another_user_made_to_their_home_gets_no_token(local_users
     os.symlink(str(others_home), str(link))
     os.lchown(str(link), other.uid, other.gid)
     env = dict(env, MEMPROVE_DATA_DIR=str(link))
-    server = start_server(python=users.python, program=users.pyz, env=env, cwd=project,
-                          user=victim)
-    server.initialize()
-    try:
-        tasks = call_tool(server, "tasks")
-        context = call_tool(server, "context")
-        status, checks, output = doctor_as(users, victim, env, project)
-    finally:
-        received = listener.stop()
+    server, tasks, context, (status, checks, output), received = the_victims_calls(
+        start_server, users, env, project, listener)
     # Counted, never shown: the bytes carry the token.
     assert len(received) == 0, "the listener was connected to %d times (the token in %d)" % (
         len(received), sum(token.encode() in data for data in received))

@@ -30,15 +30,23 @@ Claude Code also: after `claude -p "/compact" --resume ID`, the hook runs with s
 (claude.exe under Wine 10, tests/wine10.sh) with a kit written by Windows Python: its first
 request holds TEXT.
 
-Codex runs a plugin's hook only once the user has trusted it.  Codex 0.171.0 keeps that trust
-in `config.toml` as `[hooks.state."<plugin>:hooks/hooks.json:session_start:0:0"] trusted_hash =
-"sha256:<H>"`; `codex app-server`'s `hooks/list` reports each hook's key, `currentHash`
-(`sha256:<H>/sha256:<plugin content>`) and `trustStatus`.  The test reads that status after the
-printed commands; where they leave the hook untrusted it records the trust as Codex's own
-review would (CODEX_TRUST_BY_TEST below says why) and checks that Codex then reports it
-trusted, so that plain `codex exec` runs it.
+Codex runs a plugin's hook only once the user has trusted it, as the printed lines say.
+Installed, the kit's hook is `untrusted` and plain `codex exec` skips it without a word (no
+log line).  The test then does what the printed line says: it starts `codex` (its terminal
+interface, in a pseudo terminal) and, at "Hooks need review", picks "Trust all and
+continue".  Codex 0.171.0 records that in `config.toml`:
+
+    [hooks.state."memprove@memprove:hooks/hooks.json:session_start:0:0"]
+    trusted_hash = "sha256:<H>"
+    trusted_content_hash = "sha256:<C>"
+
+where H is the sha256 of the handler's identity (codex_trusted_hash: what doctor can compare)
+and C covers the plugin's content; `codex app-server`'s `hooks/list` reports each hook's key,
+`currentHash` (`sha256:<H>/sha256:<C>`) and `trustStatus`.  Written again from another .pyz
+and updated as printed, the kit's hook is `modified`: Codex asks again.
 """
 
+import datetime
 import json
 import os
 import re
@@ -47,7 +55,6 @@ import signal
 import subprocess
 import sys
 import time
-import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -57,8 +64,8 @@ from harness import SAFETY_TIMEOUT, clean_env
 from interop.agents import EXPECTED_AGENT, GEMINI_MODEL, describe, gemini_agent
 from interop.model_endpoint import Endpoint, Script, Turn
 from interop.test_plugin_kit import (  # noqa: F401  (kit_python is a fixture)
-    ANSWERS, KIT, agent_runner, commands_for, kit_python, powershell_words, printed_blocks,
-    run_printed, token_nowhere)
+    ANSWERS, KIT, agent_runner, commands_for, kit_python, next_pyz, powershell_words,
+    printed_blocks, run_printed, token_nowhere)
 
 TITLE = "Start every session with the Pack \u2014 caf\u00e9 edition"
 CHECKPOINT = {
@@ -69,10 +76,6 @@ HOOK_WORDS = ["mcp", "hook", "session-start"]
 TIME = re.compile(r" at ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z) as ")
 LOG_LINE = re.compile(r"^(\S+) memprove-mcp hook session-start source=(\S+) (.+) ([0-9]+)ms$")
 CLAUDE_PREFIX = "SessionStart hook additional context: "
-# Codex has no command that trusts a hook, and the printed install commands cannot review
-# one for the user (an interactive `codex` asks); the test records the trust exactly as
-# `hooks/list` says the hook is hashed, and the report names what the printed lines should say.
-CODEX_TRUST_BY_TEST = True
 
 
 def utc_now():
@@ -501,29 +504,83 @@ def codex_trusted_hash(command, timeout=600):
     return "sha256:" + hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
-def codex_trust(agent):
-    """The kit's hook trusted in Codex: as the printed commands left it, or else recorded
-    in config.toml as Codex's review records it; Codex must then list it trusted."""
+def kit_hook_in_codex(agent):
+    """The kit's SessionStart hook as `hooks/list` shows it (exactly one)."""
     hooks = [hook for hook in codex_hooks(agent) if hook["source"] == "plugin"
              and hook["pluginId"] == "memprove@memprove"]
     assert len(hooks) == 1, hooks
-    hook = hooks[0]
-    assert " ".join(HOOK_WORDS) in hook["command"], hook
-    handler_hash = hook["currentHash"].split("/")[0]
-    assert handler_hash == codex_trusted_hash(hook["command"], hook["timeoutSec"]), hook
-    printed = hook["trustStatus"]
-    if printed != "trusted":
-        assert CODEX_TRUST_BY_TEST and printed == "untrusted", hook
-        config_toml = Path(agent.env.get("CODEX_HOME") or agent.home / ".codex") / "config.toml"
-        with open(str(config_toml), "a", encoding="utf-8") as handle:
-            handle.write('\n[hooks.state.%s]\ntrusted_hash = "%s"\n' % (
-                json.dumps(hook["key"]), handler_hash))
-        hooks = [again for again in codex_hooks(agent) if again["key"] == hook["key"]]
-        assert [again["trustStatus"] for again in hooks] == ["trusted"], hooks
-    return hook, printed
+    return hooks[0]
 
 
-def codex_session(agent, endpoint_in, marker):
+SCREEN_CODES = re.compile(r"\x1b\[[0-9;?>]*[A-Za-z~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+
+def codex_trusts_the_hooks(agent, endpoint):
+    """What the printed line says to do: start `codex` (its terminal interface, in a pseudo
+    terminal, in the project) and trust the hooks: at "Hooks need review" the test picks
+    "Trust all and continue" (the second choice), waits until Codex has recorded the trust
+    in config.toml, and ends Codex.  Returns what Codex showed, for a failure's reader."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    provider = ('model_providers.scripted={name="scripted", base_url="%s/v1", '
+                'wire_api="responses", env_key="SCRIPTED_API_KEY"}' % endpoint.url)
+    argv = agent.netns.prefix + ["codex", "-c", 'model_provider="scripted"', "-c", provider,
+                                 "-m", "scripted-model"]
+    env = dict(agent.env, SCRIPTED_API_KEY="x", TERM="xterm-256color", PWD=str(agent.project))
+    env.pop("NO_COLOR", None)
+    config_toml = Path(agent.env.get("CODEX_HOME") or agent.home / ".codex") / "config.toml"
+    pid, terminal = pty.fork()
+    if pid == 0:                                          # the child: becomes codex
+        try:
+            os.chdir(str(agent.project))
+            os.execvpe(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    shown, chose, reviewed = b"", False, False
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([terminal], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(terminal, 1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+                if b"\x1b[6n" in chunk:                  # where is the cursor? (top left)
+                    os.write(terminal, b"\x1b[1;1R")
+            text = SCREEN_CODES.sub(" ", shown.decode("utf-8", "replace"))
+            if not chose and "Trust all and continue" in text:
+                chose = True
+                time.sleep(1.0)                           # as a person reads, then types
+                os.write(terminal, b"\x1b[B")            # down to the second choice
+                time.sleep(0.3)
+                os.write(terminal, b"\r")
+            elif chose and not reviewed and "t trust all" in text:
+                reviewed = True                           # the first choice was taken: the
+                os.write(terminal, b"t")                  # review lists them; trust all
+            if chose and "trusted_hash" in config_toml.read_text("utf-8"):
+                break
+    finally:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(terminal)
+        agent.end_leftovers(grace=0)
+    return re.sub(r"\s+", " ", SCREEN_CODES.sub(" ", shown.decode("utf-8", "replace")))[-3000:]
+
+
+def codex_session(agent, endpoint_in, marker, trusted=True):
+    """`codex exec` against a scripted endpoint whose model answers at once; Codex says on
+    standard error that the trusted hook ran and completed (exit 0), or nothing of an
+    untrusted one: (endpoint, those lines, the story)."""
     from interop.test_plugin_kit import codex_exec
     endpoint = endpoint_in("openai-responses", Script([Turn("Done: %s." % marker)],
                                                       marker=marker))
@@ -531,6 +588,8 @@ def codex_session(agent, endpoint_in, marker):
     story = describe(code, out, err, endpoint)
     assert code == 0 and endpoint.script.finished and endpoint.recorder.errors == [], story
     hook_lines = [line for line in err.splitlines() if line.startswith("hook: SessionStart")]
+    assert hook_lines == (["hook: SessionStart", "hook: SessionStart Completed"] if trusted
+                          else []), story
     return endpoint, hook_lines, story
 
 
@@ -556,18 +615,41 @@ def agent_silences(agent, daemon, session, log, token):
     return seen
 
 
-def test_codex_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, kit_python, config,
-                                    private_place, tmp_path):
+def test_codex_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, next_pyz, kit_python,
+                                    config, private_place, tmp_path):
     agent = make_agent("codex")
     log = tmp_path / "hook.log"
     agent.env["MEMPROVE_MCP_LOG"] = str(log)
     kit = private_place / "kit"
-    blocks = printed_blocks(kit_python.write_kit(pyz, kit, agent.config_dir, agent.home))
+    printed = kit_python.write_kit(pyz, kit, agent.config_dir, agent.home)
+    blocks = printed_blocks(printed)
+    said = [line for line in printed.splitlines() if "Codex" in line and "trust" in line]
+    assert said, "the printed lines do not say that Codex runs the hook only once trusted:\n" \
+        + printed
     install, _ = commands_for(blocks, "codex")
     run_printed(agent_runner(agent), install)
     kit_hook_commands(kit)
-    hook, printed = codex_trust(agent)
-    report("codex", "trust after the printed commands", (hook["key"], printed))
+
+    # Installed, the hook is not trusted: Codex skips it without a word.
+    assert kit_hook_in_codex(agent)["trustStatus"] == "untrusted"
+    endpoint, hook_lines, story = codex_session(agent, endpoint_in, "HOOK-CODEX-UNTRUSTED",
+                                                trusted=False)
+    no_hook_text(endpoint, config.token)
+    assert not log.exists(), story
+
+    # As the printed line says: start codex once and trust the hooks.
+    shown = codex_trusts_the_hooks(agent, endpoint_in(
+        "openai-responses", Script([Turn("Done.")], marker="HOOK-CODEX-TUI")))
+    hook = kit_hook_in_codex(agent)
+    assert hook["trustStatus"] == "trusted", (hook, shown)
+    handler_hash = hook["currentHash"].split("/")[0]
+    assert handler_hash == codex_trusted_hash(hook["command"], hook["timeoutSec"]), hook
+    recorded = (Path(agent.env.get("CODEX_HOME") or agent.home / ".codex") /
+                "config.toml").read_text("utf-8")
+    assert '[hooks.state.%s]\ntrusted_hash = "%s"\n' % (json.dumps(hook["key"]), handler_hash) \
+        in recorded, recorded
+    report("codex", "trust recorded by `codex` (Trust all and continue)",
+           recorded[recorded.index("[hooks.state."):])
     run = agent_runner_in(agent)
     serve = [sys.executable, str(pyz), "mcp", "serve", "--config-dir", str(agent.config_dir)]
     client = EXPECTED_AGENT["codex"]
@@ -602,6 +684,17 @@ def test_codex_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, kit
     seen.update(agent_silences(agent, ns_daemon, session, log, config.token))
     report("codex", "log lines", seen)
     token_nowhere(config.token, agent.home, agent.config_dir / "token")
+
+    # The kit written again from another .pyz (the hook's command unchanged) and updated as
+    # printed: Codex's trust also covers the plugin's content, so the hook needs review again.
+    blocks = printed_blocks(kit_python.write_kit(next_pyz, kit, agent.config_dir, agent.home))
+    _, update = commands_for(blocks, "codex")
+    run_printed(agent_runner(agent), update)
+    again = kit_hook_in_codex(agent)
+    assert (again["command"], again["currentHash"].split("/")[0]) == (hook["command"],
+                                                                       handler_hash), again
+    report("codex", "trust after the printed update", again["trustStatus"])
+    assert again["trustStatus"] == "modified", again
 
 
 def test_gemini_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, kit_python, config,

@@ -115,7 +115,8 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #   file_lock          how context.lock is locked: flock, or msvcrt's byte lock
 #   opener             the command that opens a file as a double-click would,
 #                      where Claude Desktop runs
-#   hook_shell         the shell clients run a hook's command with (SHELLS below)
+#   hook_shell         the shell every client runs a hook's command with, or None
+#                      where each runs it its own way (HOOK_FORMS)
 #   separator          what joins a folder and a name in a path printed for the platform
 #   share_modes        a file another process has open cannot be opened or
 #                      replaced for a while: a refusal is waited out, not
@@ -138,7 +139,7 @@ PLATFORMS = {
               "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
               "socket_tables": None, "share_modes": True, "file_lock": "msvcrt",
-              "opener": "Invoke-Item -LiteralPath", "hook_shell": "sh",
+              "opener": "Invoke-Item -LiteralPath", "hook_shell": None,
               "separator": "\\"},
 }
 
@@ -323,7 +324,8 @@ OPTIONS = {
 
 
 def parse_command_line(argv):
-    if argv in (["--help"], ["-h"]):
+    # `--help` anywhere in an `mcp` command, `mcp --help` too, is help, never a usage error.
+    if argv in (["--help"], ["-h"]) or argv[:1] == ["mcp"] and ("--help" in argv or "-h" in argv):
         return "help", {}
     if argv == ["--version"]:
         return "version", {}
@@ -425,8 +427,8 @@ def print_hook_config(name, program, options):
         sys.stderr.write("memprove-mcp: %s runs no session-start hook; its model reads the "
                          "server's instructions, which say to call pack first.\n" % name)
         return 1
-    words = [utf8_text(os.path.abspath(sys.executable)), utf8_text(program)] + \
-        [utf8_text(word) for word in options]
+    words = [utf8_text(os.path.abspath(sys.executable)), utf8_text(program), "mcp", "hook",
+             "session-start"] + [utf8_text(word) for word in options]
     expanded = expanded_by(name, words)
     if expanded:
         sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
@@ -434,7 +436,7 @@ def print_hook_config(name, program, options):
                          % (shown_path(expanded[0]), expanded[1], name))
         return 1
     try:
-        text = json_text(hook_document(hook_command(words[0], words[1], words[2:], name)))
+        text = json_text(hook_document(hook_handler(words + ["--client", name], (name,))))
         data = text.encode("utf-8")
     except ValueError:
         sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
@@ -544,6 +546,69 @@ def workspace_folder(environ, workspace):
     return [] if workspace else [("MEMPROVE_WORKSPACE", "${workspaceFolder}")]
 
 
+# -- the environment each client gives a server --------------------------------
+# What the server reads from its environment (the token, the data directory,
+# the Workspace) is only what the client passes on; doctor --client judges
+# those in that environment (clients-verified.md, measured).
+
+def passes_everything(environ, entry_env, names=()):
+    return dict(environ, **entry_env)
+
+
+# Codex passes a few variables of its own, then those `env_vars` names.
+CODEX_PASSES = ("HOME", "LANG", "LC_ALL", "PATH", "SHELL", "TERM", "TMPDIR", "USER", "LOGNAME",
+                "SSL_CERT_FILE", "SSL_CERT_DIR", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
+                "SYSTEMROOT", "PATHEXT", "TEMP", "TMP")
+
+
+def passes_what_codex_names(environ, entry_env, names=()):
+    kept = dict((name, environ[name]) for name in CODEX_PASSES + tuple(names) if name in environ)
+    return dict(kept, **entry_env)
+
+
+# Gemini CLI drops every inherited variable whose name holds one of these
+# (its environment sanitising), then expands `$VAR` in the entry's env from
+# its own environment.
+GEMINI_DROPS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "AUTH", "CREDENTIAL", "CREDS",
+                "PRIVATE", "CERT")
+
+
+def passes_what_gemini_keeps(environ, entry_env, names=()):
+    kept = dict((name, value) for name, value in environ.items()
+                if not any(word in name.upper() for word in GEMINI_DROPS))
+    for name, value in entry_env.items():
+        reference = VARIABLE_REFERENCE.match(value)
+        kept[name] = environ.get(value.strip("${}"), "") if reference else value
+    return kept
+
+
+# -- the command each client adds a server with -----------------------------------
+# Measured with the pinned clients: run as printed, each writes the entry
+# doctor then finds (Claude Code's local scope: ~/.claude.json for the
+# repository's root; Codex: config.toml, without `env_vars`, which its
+# command cannot write; Gemini CLI's user settings, which need no trusted
+# folder).  Claude Code and Codex take the server's words after `--`;
+# Gemini CLI its command before `--` and the arguments after it.
+
+def claude_adds(python, program, config_dir, environ):
+    return ["claude", "mcp", "add", KIT_NAME, "-e", "MEMPROVE_CONFIG_DIR=" + config_dir, "--",
+            python, program, "mcp", "serve", "--config-dir", config_dir]
+
+
+def codex_adds(python, program, config_dir, environ):
+    return ["codex", "mcp", "add", KIT_NAME, "--env", "MEMPROVE_CONFIG_DIR=" + config_dir, "--",
+            python, program, "mcp", "serve", "--config-dir", config_dir]
+
+
+def gemini_adds(python, program, config_dir, environ):
+    reference = []
+    for name, value in token_file_reference(environ, None):
+        reference += ["-e", "%s=%s" % (name, value)]
+    return ["gemini", "mcp", "add", "-s", "user", KIT_NAME, "-e",
+            "MEMPROVE_CONFIG_DIR=" + config_dir] + reference + [
+        python, "--", program, "mcp", "serve", "--config-dir", config_dir]
+
+
 def token_file_reference(environ, workspace):
     """Gemini drops inherited variables whose names hold TOKEN; it expands
     `$VAR` in `env`, so a reference (a name, never the value) passes the
@@ -553,7 +618,7 @@ def token_file_reference(environ, workspace):
 
 
 def client(file_format, shape, where, project_file=None, env=None, user_files=(),
-           expands=(), agent=None, hook=None):
+           expands=(), agent=None, hook=None, passes=None, adds=None):
     """One row of CLIENTS.
 
     `where` is the standard-error line's place, `{project}` standing for the
@@ -568,13 +633,21 @@ def client(file_format, shape, where, project_file=None, env=None, user_files=()
     `agent` is the name the client sends as clientInfo.name.  `hook`, for a
     client that runs a session-start hook: (the variable it sets for its
     hooks, (base, path parts) of each of its own files that may hold a hook
-    entry, the user's last: print-config --hook names that one).
+    entry, the user's last: print-config --hook names that one; how its
+    handler names the command on Windows, HOOK_FORMS; and, for a client that
+    runs a kit's hook only once the user trusts it, the function that says
+    why doctor finds it not trusted, or None).  `passes` gives the
+    environment the client starts a server with, from its own and the
+    entry's (by default all of its own).  `adds`, for a client with a command
+    that adds a server, gives its words from (interpreter, .pyz, configuration
+    directory, environment): doctor's fix for a missing entry.
     """
     if not isinstance(user_files, dict):
         user_files = {"posix": user_files}
     return {"format": file_format, "shape": shape, "where": where,
             "project_file": project_file, "env": env, "user_files": user_files,
-            "expands": expands, "agent": agent, "hook": hook}
+            "expands": expands, "agent": agent, "hook": hook,
+            "passes": passes or passes_everything, "adds": adds}
 
 
 CLIENTS = {
@@ -584,21 +657,23 @@ CLIENTS = {
         project_file=(".mcp.json",),
         user_files=(("home", (".claude.json",), ("projects", "<root>")),
                     ("home", (".claude.json",), ())),
-        expands=("${",), agent="claude-code",
+        expands=("${",), agent="claude-code", adds=claude_adds,
         hook=("CLAUDECODE", (("root", (".claude", "settings.json")),
-                             ("home", (".claude", "settings.json"))))),
+                             ("home", (".claude", "settings.json"))), "exec", None)),
     "codex": client(
         "toml", codex_entry, "{user}",
         user_files=(("codex", ("config.toml",), ()),), agent="codex-mcp-client",
-        hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),))),
+        passes=passes_what_codex_names, adds=codex_adds,
+        hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),), "cmd",
+              lambda found, handler: codex_hook_distrust(found, handler))),
     "gemini": client(
         "json", servers_entry("mcpServers"),
         "{project} (project) or in {user} (user); Gemini starts it only in a trusted folder",
         project_file=(".gemini", "settings.json"), env=token_file_reference,
         user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",),
-        agent="gemini-cli-mcp-client",
+        agent="gemini-cli-mcp-client", passes=passes_what_gemini_keeps, adds=gemini_adds,
         hook=("GEMINI_SESSION_ID", (("root", (".gemini", "settings.json")),
-                                    ("home", (".gemini", "settings.json"))))),
+                                    ("home", (".gemini", "settings.json"))), "powershell", None)),
     "opencode": client(
         "json", opencode_entry, "{project} (project) or in {user} (user)",
         project_file=("opencode.json",),
@@ -891,15 +966,18 @@ KIT_DESCRIPTION = ("The memprove ledger for coding agents: resume a Task from it
 KIT_AUTHOR = {"name": KIT_NAME}
 
 
-def kit_server(root, stdio_type=False, trailing=()):
+def kit_server(root, stdio_type=False, trailing=(), client=None):
     """The server entry of a kit file: this interpreter, the kit's .pyz
     through `root` (a client's root variable, or a function of the kit that
-    gives the folder), and print-config's arguments."""
+    gives the folder), and print-config's arguments and environment (that of
+    `client`'s entry: Gemini's passes the token file by reference)."""
     def shape(kit):
         entry = {"type": "stdio"} if stdio_type else {}
         entry["command"] = kit["python"]
         entry["args"] = [(root if isinstance(root, str) else root(kit)) + KIT_ARCHIVE] + kit["args"]
         entry["env"] = {"MEMPROVE_CONFIG_DIR": kit["config_dir"]}
+        if client and CLIENTS[client]["env"]:
+            entry["env"].update(CLIENTS[client]["env"](kit["environ"], None))
         entry.update(trailing)
         return entry
     return shape
@@ -919,7 +997,7 @@ KIT_SERVERS = {
     "claude-code": (kit_server("${CLAUDE_PLUGIN_ROOT}/", stdio_type=True), ("${",)),
     "codex": (kit_server(kit_plugin_folder, trailing=(("env_vars", list(SHELL_VARIABLES)),)),
               ("${",)),
-    "gemini": (kit_server("${extensionPath}${/}"), ("$",)),
+    "gemini": (kit_server("${extensionPath}${/}" + KIT_NAME + "${/}", client="gemini"), ("$",)),
     "claude-desktop": (kit_server("${__dirname}/"), ("${",)),
 }
 
@@ -953,19 +1031,65 @@ def kit_gemini_extension(kit):
             "contextFileName": KIT_GEMINI_CONTEXT}
 
 
-def kit_hooks(kit):
-    """hooks/hooks.json, which Claude Code, Codex and Gemini CLI all read from
-    a plugin: one SessionStart entry with no matcher (every source runs it;
-    an alternation made Gemini 0.61.0 run nothing) and no timeout (Claude Code
-    reads seconds, Gemini milliseconds; the command bounds itself)."""
-    return hook_document(kit["hook_command"], "The memprove Pack of the context's Task "
-                         "at every session start")
+def kit_hooks(*clients):
+    """A hooks/hooks.json for `clients`, which read it from a plugin (Claude
+    Code and Codex from the plugin's folder, Gemini CLI from the extension's,
+    the kit's root): one SessionStart entry with no matcher (every source runs
+    it; an alternation made Gemini 0.61.0 run nothing) and no timeout (Claude
+    Code reads seconds, Gemini milliseconds; the command bounds itself)."""
+    return lambda kit: hook_document(hook_handler(kit["hook_words"], clients),
+                                     "The memprove Pack of the context's Task at every session start")
 
 
-def hook_document(command, description=None):
+def hook_document(handler, description=None):
     document = {"description": description} if description else {}
-    document["hooks"] = {"SessionStart": [{"hooks": [{"type": "command", "command": command}]}]}
+    document["hooks"] = {"SessionStart": [{"hooks": [handler]}]}
     return document
+
+
+# How a client's hook handler names the command on Windows, where each runs
+# hooks its own way: Claude Code through Git Bash or PowerShell, or with no
+# shell when the handler has `args` (the one form that runs under Wine, whose
+# PowerShell is a stub); Codex through cmd.exe, from `commandWindows`; Gemini
+# CLI through PowerShell, where a quoted program needs the call operator.
+# Elsewhere all three run `command` with POSIX sh (Codex: $SHELL -lc).
+HOOK_FORMS = {
+    "cmd": lambda words: {"commandWindows": cmd_line(words)},
+    "powershell": lambda words: {"command": "& " + " ".join(
+        powershell_word(word) for word in words)},
+    "exec": lambda words: {"command": words[0], "args": words[1:]},
+}
+
+
+def hook_handler(words, clients, platform=PLATFORM):
+    """The handler that runs `words` for every one of `clients`: one command
+    for POSIX sh, or on Windows each client's form (HOOK_FORMS) side by side,
+    each client reading its own keys and leaving the others'."""
+    handler = {"type": "command"}
+    if PLATFORMS[platform]["hook_shell"] == "sh":
+        handler["command"] = " ".join(sh_word(word) for word in words)
+        return handler
+    forms = set(CLIENTS[name]["hook"][2] for name in clients)
+    for form in HOOK_FORMS:              # "exec" last: its `command` is the program alone
+        if form in forms:
+            handler.update(HOOK_FORMS[form](words))
+    handler.setdefault("command", handler.get("commandWindows"))
+    return handler
+
+
+def cmd_line(words):
+    """A command line for `cmd /C`, which takes the first and the last double
+    quote off a line that starts with one: a quoted program gets one more
+    pair around the whole line (as `cmd /?` says)."""
+    line = " ".join(cmd_word(word) for word in words)
+    return '"%s"' % line if line.startswith('"') else line
+
+
+def cmd_word(word):
+    """A word as cmd.exe passes it on: double-quoted when it holds a space or
+    one of cmd's own characters (a path of Windows holds no double quote, and
+    mcp plugin refuses one holding %, which cmd expands even there)."""
+    return word if word and not any(char in word for char in ' \t&|<>^()",;=') else '"%s"' % word
 
 
 # Gemini's context file stays through a compression, which drops what the
@@ -1025,9 +1149,12 @@ KIT_FILES = (
     ((KIT_NAME, ".codex-plugin", "plugin.json"),
      json_file(kit_plugin(servers="./.codex-plugin/mcp.json"))),
     ((KIT_NAME, ".codex-plugin", "mcp.json"), json_file(kit_servers("codex"))),
-    ((KIT_NAME, "gemini-extension.json"), json_file(kit_gemini_extension)),
-    ((KIT_NAME, KIT_GEMINI_CONTEXT), lambda kit: KIT_GEMINI_TEXT.encode("utf-8")),
-    ((KIT_NAME, "hooks", "hooks.json"), json_file(kit_hooks)),
+    ((KIT_NAME, "hooks", "hooks.json"), json_file(kit_hooks("claude-code", "codex"))),
+    # Gemini CLI's extension is the kit's folder itself: its hooks file cannot be the
+    # plugin's, whose Windows handler Gemini would run without its arguments.
+    (("gemini-extension.json",), json_file(kit_gemini_extension)),
+    ((KIT_GEMINI_CONTEXT,), lambda kit: KIT_GEMINI_TEXT.encode("utf-8")),
+    (("hooks", "hooks.json"), json_file(kit_hooks("gemini"))),
     ((KIT_NAME, KIT_ARCHIVE), lambda kit: kit["archive"]),
     ((KIT_NAME, "README.md"), lambda kit: kit_readme(kit).encode("utf-8")),
     ((KIT_NAME + ".mcpb",), bundle_file),
@@ -1069,6 +1196,13 @@ def plugin(options):
                          "changed there.\n" % (shown_path(folder), error.strerror or "error"))
         return 1
     write_stdout_bytes(kit["commands"].encode("utf-8"))
+    token = os.path.join(kit["config_dir"], "token")
+    if not os.path.isfile(token):
+        # The one place every client's server finds the token: Gemini CLI passes no variable
+        # whose name holds TOKEN, Codex only those its entry names.
+        sys.stderr.write("memprove-mcp: %s does not exist: put your token there (only you may "
+                         "read it), or the kit's server has none under Gemini CLI.\n"
+                         % shown_path(token))
     return 0
 
 
@@ -1087,9 +1221,10 @@ def kit_values(options, folder):
     if workspace:
         args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
     kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
-           "args": args, "archive": archive, "folder": utf8_text(folder)}
-    kit["hook_command"] = hook_command(
-        kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE), args[2:])
+           "args": args, "archive": archive, "folder": utf8_text(folder),
+           "environ": dict(os.environ)}
+    kit["hook_words"] = [kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE),
+                         "mcp", "hook", "session-start"] + args[2:]
     kit["version"] = kit_version(kit)
     kit["commands"] = kit_commands(folder, kit["version"])
     return kit
@@ -1109,14 +1244,6 @@ def kit_version(kit):
 KIT_UNVERSIONED = (".mcp.json", "mcp.json", KIT_GEMINI_CONTEXT, "hooks.json")
 
 
-def hook_command(python, program, options, client=None, platform=PLATFORM):
-    """The command line a client's hook runs: the interpreter and the .pyz by
-    their paths (no client expands the others' root variables), quoted for
-    the shell the client runs it with on `platform`."""
-    words = [python, program, "mcp", "hook", "session-start"] + list(options)
-    words += ["--client", client] if client else []
-    shell = SHELLS[PLATFORMS[platform]["hook_shell"]]
-    return " ".join(shell_word(shell, word) for word in words)
 
 
 def kit_refusal(kit, folder):
@@ -1130,6 +1257,9 @@ def kit_refusal(kit, folder):
             # §6 rule 29: no quoting keeps it on one line of the commands printed.
             return ("%s holds a control character or a line break; use a path without "
                     "it." % shown_path(value))
+        if "%" in value and PLATFORMS[PLATFORM]["hook_shell"] is None:
+            return ("%s holds %%, which cmd.exe would expand in Codex's hook; use a path "
+                    "without it." % shown_path(value))
         for client, (_, expands) in KIT_SERVERS.items():
             marker = next((marker for marker in expands if marker in value), None)
             # The folder too: every client reads it in the hook's command.
@@ -1282,14 +1412,14 @@ def write_kit(kit, folder):
 # What standard output says after the kit is written: per client, the
 # commands that install it, in the platform's shell, then those that make a
 # client take a kit written again (Claude Code and Codex read the folder in
-# place, Gemini CLI copies it).  {folder}, {extension} and {bundle} are the
+# place, Gemini CLI copies it).  {folder} and {bundle} are the
 # kit's paths quoted for that shell, {open} the platform's opener; a client
 # whose commands need one the platform lacks (Claude Desktop on Linux) is left out.
 KIT_INSTALL = (
     ("Claude Code", ("claude plugin marketplace add {folder}",
                      "claude plugin install memprove@memprove")),
     ("Codex CLI", ("codex plugin marketplace add {folder}", "codex plugin add memprove@memprove")),
-    ("Gemini CLI", ("gemini extensions install {extension} --consent",)),
+    ("Gemini CLI", ("gemini extensions install {folder} --consent",)),
     ("Claude Desktop", ("{open} {bundle}",)),
 )
 # What enables a kit a client disabled: Codex has no enable command, and adding
@@ -1297,6 +1427,15 @@ KIT_INSTALL = (
 KIT_ENABLE = {"claude-code": "claude plugin enable memprove@memprove",
               "codex": "codex plugin add memprove@memprove",
               "gemini": "gemini extensions enable memprove --scope workspace"}
+# What takes the kit out of each client again (measured with the pinned
+# clients: doctor then finds no entry); Gemini keeps its enablement file.
+KIT_REMOVE = (
+    ("Claude Code", ("claude plugin uninstall memprove@memprove",
+                     "claude plugin marketplace remove memprove")),
+    ("Codex CLI", ("codex plugin remove memprove@memprove",
+                   "codex plugin marketplace remove memprove")),
+    ("Gemini CLI", ("gemini extensions uninstall memprove",)),
+)
 KIT_UPDATE = {"claude-code": ("claude plugin update memprove@memprove",),
               "codex": ("codex plugin add memprove@memprove",),
               "gemini": ("gemini extensions update memprove",)}
@@ -1305,7 +1444,9 @@ KIT_PREFACE = (
     "Claude Code and Codex read it in place: keep the folder where it is.",
     "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
     "Each session then starts with the Pack of the Task you work on (the kit's hook);",
-    "Codex runs that hook only once you trust it: start `codex` once and approve it.",
+    "Codex runs that hook only once you trust it: start `codex` once and trust the hooks.",
+    "To check it inside an agent: ask it to call the memprove tool `context` (in Claude Code,",
+    "/mcp lists the server too).",
     "",
 )
 
@@ -1313,7 +1454,6 @@ KIT_PREFACE = (
 def kit_commands(folder, version, platform=PLATFORM):
     shell, separator = SHELLS[PLATFORMS[platform]["shell"]], PLATFORMS[platform]["separator"]
     paths = {"folder": shell_word(shell, folder),
-             "extension": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME),
              "bundle": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME + ".mcpb"),
              "open": PLATFORMS[platform]["opener"]}
     lines = [line.format(version=version, folder=shown_path(folder)) for line in KIT_PREFACE]
@@ -1324,6 +1464,8 @@ def kit_commands(folder, version, platform=PLATFORM):
         lines += ["  " + command.format(**paths) for command in commands]
     lines.append("To update after writing the kit again:")
     lines += ["  " + command for commands in KIT_UPDATE.values() for command in commands]
+    lines.append("To remove it (then delete the folder):")
+    lines += ["  " + command for _, commands in KIT_REMOVE for command in commands]
     return "\n".join(lines) + "\n"
 
 
@@ -1492,6 +1634,10 @@ def log_hook(outcome, started):
 
 def serve(options):
     install_signal_handlers()
+    if stdin_is_a_terminal():
+        # A person ran it by hand: say what this is.  A pipe gets nothing (protocol.md).
+        sys.stderr.write(TERMINAL_NOTICE)
+        sys.stderr.flush()
     transport = Transport(options)
     transport.run(sys.stdin.buffer)
     # Every answer was flushed as it was written; leave without the interpreter's
@@ -1502,6 +1648,18 @@ def serve(options):
         except (OSError, ValueError):
             pass
     os._exit(0)
+
+
+TERMINAL_NOTICE = (
+    "memprove-mcp: this is the memprove MCP server; a client starts it (see `mcp plugin` or "
+    "`mcp print-config`) and speaks JSON-RPC to it, one message a line; Ctrl-D ends it.\n")
+
+
+def stdin_is_a_terminal():
+    try:
+        return os.isatty(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def install_signal_handlers():
@@ -3141,8 +3299,8 @@ TOOLS_BY_NAME = dict((entry["name"], entry) for entry in TOOLS)
 # the first daemon request is about to be sent (contract.md §4's order).
 
 class Call:
-    def __init__(self, options, client, roots=None):
-        self.environ = dict(os.environ)
+    def __init__(self, options, client, roots=None, environ=None):
+        self.environ = dict(os.environ if environ is None else environ)
         self.config_dir = config_directory(options.get("config_dir"), self.environ)
         self.client = client
         self.warnings = []
@@ -5233,7 +5391,9 @@ def doctor(options, platform=PLATFORM):
     """Run the checks of doctor.md in order, print them; return the exit status."""
     found = {"options": options, "environ": dict(os.environ), "failed": set(),
              "program": this_program(), "token": None, "platform": platform,
-             "shell": SHELLS[PLATFORMS[platform]["shell"]]}
+             "shell": SHELLS[PLATFORMS[platform]["shell"]],
+             "client": options.get("client") or "claude-code"}
+    found["server_environ"] = server_environment(found)
     checks = []
     for name, check in DOCTOR_CHECKS:
         try:
@@ -5259,6 +5419,35 @@ def doctor(options, platform=PLATFORM):
     # backslashreplace: a path that is not UTF-8 shows as \udcXX, which is still JSON.
     write_stdout_bytes(text.encode("utf-8", "backslashreplace"))
     return 1 if failed else 0
+
+
+def server_environment(found):
+    """The environment the client starts this server with (its `passes`), from
+    this shell's and the memprove entry's, or print-config's entry where it
+    has none yet: what the token, data directory and Workspace are judged in."""
+    name, shell = found["client"], found["environ"]
+    workspace = found["options"].get("workspace")
+    probe = dict(found, root=find_workspace(shell, workspace).root)
+    try:
+        entry = find_client_entry(name, probe)[1] or find_kit_entry(name, probe)[1]
+    except Exception:                    # the client check says what is wrong with it
+        entry = None
+    if entry and "unreadable" not in entry:
+        entry_env = dict((key, value) for key, value in entry["env"].items()
+                         if isinstance(value, str))
+        names = [value for key, value in entry["keyed"] if key == "env_vars" and
+                 isinstance(value, str)]
+    else:                                # print-config's entry, which the fix will print
+        entry_env = dict(CLIENTS[name]["env"](shell, workspace) if CLIENTS[name]["env"] else [])
+        names = SHELL_VARIABLES
+    passed = CLIENTS[name]["passes"](shell, entry_env, names)
+    # The configuration directory is the one doctor is asked about (the client check says
+    # when the entry names another): resolved as in this shell.
+    for variable in ("MEMPROVE_CONFIG_DIR", "XDG_CONFIG_HOME", "APPDATA"):
+        passed.pop(variable, None)
+        if shell.get(variable):
+            passed[variable] = shell[variable]
+    return passed
 
 
 def doctor_lines(checks):
@@ -5393,6 +5582,21 @@ def print_config_line(found):
     return doctor_command(found, *words)
 
 
+def add_entry_line(found, name):
+    """The fix for a missing entry: the client's own command that adds it, so
+    that doctor then finds it; for a client without one, the print-config
+    line and the file its entry goes in."""
+    adds = CLIENTS[name]["adds"]
+    if adds is None:
+        base, parts, _ = client_places(name, found["platform"])[0]
+        path = place_path(base, parts, found["environ"], found.get("root"), found["platform"])
+        return "%s, and put what it prints in %s" % (print_config_line(found),
+                                                     shown_path(path or "the client's file"))
+    python = os.path.abspath(sys.executable)
+    words = adds(python, found["program"], found["config_dir"], found["environ"])
+    return " ".join(shell_word(found["shell"], word) for word in words)
+
+
 # -- the checks, in doctor.md's order -----------------------------------------
 
 def check_python(found):
@@ -5425,8 +5629,8 @@ def interpreter_origin(found):
 
 
 def check_config_dir(found):
-    directory, source = config_directory(found["options"].get("config_dir"), found["environ"],
-                                         True, found["platform"])
+    directory, source = config_directory(found["options"].get("config_dir"),
+                                         found["server_environ"], True, found["platform"])
     found["config_dir"] = directory
     detail = "%s (from %s)" % (shown_path(directory), source)
     if not os.path.isdir(directory):
@@ -5435,7 +5639,7 @@ def check_config_dir(found):
 
 
 def check_token(found):
-    environ, config_dir = found["environ"], found["config_dir"]
+    environ, config_dir = found["server_environ"], found["config_dir"]
     source, path = token_source(environ, config_dir)
     where = source if path is None else "%s (%s)" % (source, shown_path(path))
     try:
@@ -5460,6 +5664,15 @@ def token_failure(found, problem, source, path, where):
             % shown_path(path))
         return ("the token from %s has white space or a character outside printable ASCII"
                 % where, remedy)
+    dropped = [name for name in ("MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE")
+               if found["environ"].get(name) and not found["server_environ"].get(name)]
+    if source is None and dropped:
+        # Set in this shell, but the client does not pass it on: the file works for every client.
+        private = found["shell"]["private"] and fix(found, "private", path=own_file)
+        return ("%s is set in this shell, but %s does not pass it to its servers, and %s does "
+                "not exist" % (" and ".join(dropped), found["client"], shown_path(own_file)),
+                "write the token into %s%s" % (shown_path(own_file),
+                                               ", then: " + private if private else ""))
     if source is None:
         return ("not set: MEMPROVE_TOKEN and MEMPROVE_TOKEN_FILE are empty and %s does not exist"
                 % shown_path(own_file), point_at_file)
@@ -5474,7 +5687,7 @@ def token_failure(found, problem, source, path, where):
 
 
 def check_data_dir(found):
-    environ, config_dir = found["environ"], found["config_dir"]
+    environ, config_dir = found["server_environ"], found["config_dir"]
     set_it = fix(found, "set", name="MEMPROVE_DATA_DIR", value=example(found, "data_dir"))
     try:
         data_dir, source = data_directory(environ, config_dir)
@@ -5494,7 +5707,8 @@ def check_data_dir(found):
 def check_workspace(found):
     warnings = []
     # As the per-call object finds it; doctor has no client, so no roots.
-    workspace = find_workspace(found["environ"], found["options"].get("workspace"), None, warnings)
+    workspace = find_workspace(found["server_environ"], found["options"].get("workspace"), None,
+                               warnings)
     ignored = "".join(", %s (ignored)" % warning for warning in warnings)
     project = example(found, "project")
     elsewhere = "cd %s, or give it: --workspace %s" % (project, project)
@@ -5558,12 +5772,12 @@ def check_daemon(found):
                 % shown_path(found["data_dir"]), DAEMON_FIXES[problem.code])
     # The per-call object resolves and sends exactly as a tool call does: one
     # listTasks, a read, never retried, bounded by MEMPROVE_TIMEOUT.
-    call = Call(found["options"], None)
+    call = Call(found["options"], None, environ=found["server_environ"])
     try:
         answer = call.send("listTasks", query={"workspace": call.root})
         tasks = records(answer, "tasks", TASK_FIELDS)
     except Problem as problem:
-        seconds = timeout_setting(found["environ"]) or DEFAULT_TIMEOUT
+        seconds = timeout_setting(found["server_environ"]) or DEFAULT_TIMEOUT
         detail = "%s: %s" % (url, {
             "daemon_unavailable": "nobody answers there",
             "daemon_timeout": "no answer to listTasks within %g s" % seconds,
@@ -5608,7 +5822,11 @@ def check_client(found):
     if entry is None:
         kit = " or a plugin kit" if name in KIT_FINDERS else ""
         return ("warn", None, "no memprove entry for %s in %s%s" % (name, ", ".join(looked), kit),
-                print_config_line(found))
+                add_entry_line(found, name))
+    if "unreadable" in entry:
+        return ("warn", None, "the memprove entry in %s cannot be read: %s" % (
+            place, entry["unreadable"]), "write it as print-config prints it: %s" %
+            print_config_line(found))
     holder = token_holder(entry, found["token"])
     if holder:
         token_file = os.path.join(found["config_dir"], "token")
@@ -5665,7 +5883,8 @@ def check_client(found):
             os.path.abspath(os.path.expanduser(config_dir)) != found.get("config_dir"):
         return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
                 % (place, shown_path(config_dir)), print_config_line(found))
-    copy = ", the kit's copy of it, version %s" % shown_path(entry["kit"]["version"]) \
+    copy = ", version %s" % archive_version(
+        read_regular(found["program"], MAX_ARCHIVE + 1)[0]) \
         if "kit" in entry else ""
     return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
 
@@ -5678,7 +5897,7 @@ def check_hook(found):
     name = found["options"].get("client") or "claude-code"
     if not CLIENTS[name]["hook"]:
         return None
-    place, disabled = find_hook(name, found)
+    place, disabled, handler = find_hook(name, found)
     if place is None:
         return ("warn", None, "%s runs no memprove session-start hook: a session starts "
                 "without the Pack unless the model calls pack" % name,
@@ -5687,11 +5906,16 @@ def check_hook(found):
                     doctor_command(found, "mcp", "print-config", "--hook", "--client", name)))
     if disabled:
         return "warn", None, "the session-start hook in %s is %s" % (place, disabled[0]), disabled[1]
+    distrust = CLIENTS[name]["hook"][3]
+    untrusted = distrust and handler and distrust(found, handler)
+    if untrusted:
+        return "warn", None, "the session-start hook in %s %s" % (place, untrusted[0]), untrusted[1]
     why = [check for check in ("token", "data_dir", "workspace", "daemon")
            if check in found["failed"]]
     if why:
-        return ("warn", None, "%s runs the hook in %s, but it would stay silent: the %s check "
-                "failed" % (name, place, " and ".join(why)), "the fix of the %s check" % why[0])
+        return ("warn", None, "%s runs the hook in %s, but it would stay silent: the %s "
+                "check%s failed" % (name, place, " and ".join(why), "s" if len(why) > 1 else ""),
+                "see the fix of the %s check above" % why[0])
     if not found.get("task"):
         return ("warn", None, "%s runs the hook in %s, but it stays silent until the context "
                 "names a Task" % (name, place),
@@ -5701,33 +5925,74 @@ def check_hook(found):
 
 
 def find_hook(name, found):
-    """(where, disabled) of the memprove session-start hook client `name`
-    runs: its own file's entry, else the kit's hooks/hooks.json; (None, None)
-    when it runs none.  `disabled` is the kit's (why, fix), or None."""
+    """(where, disabled, handler) of the memprove session-start hook client
+    `name` runs: its own file's entry (handler None), else the kit's
+    hooks/hooks.json; (None, None, None) when it runs none.  `disabled` is
+    the kit's (why, fix), or None."""
     for base, parts in CLIENTS[name]["hook"][1]:
         path = place_path(base, parts, found["environ"], found.get("root"), found["platform"])
-        if path and session_start_commands(small_json(path)):
-            return shown_path(path), None
+        if path and session_start_handlers(small_json(path)):
+            return shown_path(path), None, None
     kit = KIT_FINDERS[name](found)
     if kit is None:
-        return None, None
+        return None, None, None
     hooks = os.path.join(kit["plugin"], "hooks", "hooks.json")
-    if not session_start_commands(small_json(hooks)):
-        return None, None
-    return "%s (from a plugin kit)" % shown_path(hooks), kit.get("disabled")
+    handlers = session_start_handlers(small_json(hooks))
+    if not handlers:
+        return None, None, None
+    return "%s (from a plugin kit)" % shown_path(hooks), kit.get("disabled"), handlers[0]
 
 
-def session_start_commands(document):
-    """The commands of a hooks document's SessionStart entries that run `mcp hook session-start`."""
+def session_start_handlers(document):
+    """The handlers of a hooks document's SessionStart entries that run `mcp
+    hook session-start`: in their command, its arguments (the form with no
+    shell) or Codex's Windows command."""
     hooks = document.get("hooks") if isinstance(document, dict) else None
     entries = hooks.get("SessionStart") if isinstance(hooks, dict) else None
-    commands = []
+    found = []
     for entry in entries if isinstance(entries, list) else ():
         for hook in (entry.get("hooks") if isinstance(entry, dict) else None) or ():
-            command = hook.get("command") if isinstance(hook, dict) else None
-            if isinstance(command, str) and "mcp hook session-start" in command:
-                commands.append(command)
-    return commands
+            if not isinstance(hook, dict):
+                continue
+            args = hook.get("args") if isinstance(hook.get("args"), list) else []
+            words = [hook.get("command"), hook.get("commandWindows")] + args
+            if "mcp hook session-start" in " ".join(word for word in words
+                                                    if isinstance(word, str)):
+                found.append(hook)
+    return found
+
+
+# Codex keeps the hooks the user trusted in config.toml, each under a key
+# naming the plugin, the file, the event and the handler's place, with the
+# SHA-256 of the handler as Codex sees it (its defaults filled in); measured
+# with Codex 0.171.0 (session-start.md).
+CODEX_HOOK_KEY = KIT_PLUGIN_ID + ":hooks/hooks.json:session_start:0:0"
+CODEX_HOOK_STATE = Pattern(r"""\s*\[\s*hooks\s*\.\s*state\s*\.\s*["']%s["']\s*(\])"""
+                           % CODEX_HOOK_KEY.replace(".", "\\."))
+
+
+def codex_hook_distrust(found, handler):
+    """(why, fix) when Codex has not trusted the kit's hook `handler`, or None
+    (trusted, or a handler whose hash is not known: a Windows one)."""
+    if set(handler) != {"type", "command"} or not isinstance(handler["command"], str):
+        return None
+    import hashlib
+    seen = {"event_name": "session_start", "hooks": [{"async": False, "command": handler["command"],
+                                                      "timeout": 600, "type": "command"}]}
+    import json
+    digest = "sha256:" + hashlib.sha256(json.dumps(
+        seen, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+    config = os.path.join(PLACES["codex"](found["environ"], None, found["platform"]), "config.toml")
+    try:
+        state = toml_client_entry(user_text(read_regular(config, MAX_CLIENT_FILE)[0]),
+                                  CODEX_HOOK_STATE)
+    except (OSError, ValueError):
+        state = None
+    if state and state["env"].get("trusted_hash") == digest:
+        return None
+    return ("is not trusted by Codex, which skips it without a word",
+            "start `codex` in %s once and choose to trust the hooks" % shown_path(
+                found.get("root") or "your project"))
 
 
 # §6 rule 25: variables that make the interpreter or the loader run other
@@ -5792,9 +6057,10 @@ def stale_kit(found, name, place, entry, program):
                 "%s" % (place, shown_path(program), what), print_config_line(found))
     if installed == running:
         return None
-    this = archive_version(running)
+    # The versions of the archives themselves: Codex's entry runs the kit's .pyz, which a
+    # kit written again replaces, while its copy's manifest keeps the version it was made of.
     return ("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
-            "one, version %s" % (place, shown_path(entry["kit"]["version"]), this),
+            "one, version %s" % (place, archive_version(installed), archive_version(running)),
             kit_update_line(found, name, entry["kit"]["folder"]))
 
 
@@ -5914,7 +6180,7 @@ def gemini_kit_entry(found):
     rules = os.path.join(extensions, "extension-enablement.json")
     here = found.get("root") or working_directory()
     return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
-            "folder": source and os.path.dirname(source), "manifest": path, "plugin": root,
+            "folder": source and kit_folder_of(source), "manifest": path, "plugin": root,
             "disabled": None if not here or gemini_enabled(small_json(rules), here) else (
                 "disabled for %s by %s" % (shown_path(here), shown_path(rules)),
                 fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))}
@@ -5981,6 +6247,14 @@ def folder_glob_matches(glob, path):
         if not at and not inside:
             return False
     return bool(at >> len(tokens) & 1)
+
+
+def kit_folder_of(source):
+    """The kit's folder from the extension's source: the kit's own folder, or
+    (a kit written before the extension moved to the kit's root) its plugin's."""
+    if os.path.isfile(os.path.join(source, ".claude-plugin", "marketplace.json")):
+        return source
+    return os.path.dirname(source)
 
 
 KIT_FINDERS = {"claude-code": claude_kit_entry, "codex": codex_kit_entry,
@@ -6069,8 +6343,51 @@ def read_client_entry(path, keys):
     if path.endswith(".json"):
         return json_client_entry(data, keys)
     if path.endswith(".toml"):
-        return toml_client_entry(data)
-    return yaml_client_entry(data)
+        return parsed_toml_entry(data, keys) if toml_parser() else \
+            honest(toml_client_entry(data), data, TOML_UNREAD)
+    return honest(yaml_client_entry(data), data, YAML_UNREAD)
+
+
+def toml_parser():
+    """The standard library's TOML parser (Python 3.11 on), or None."""
+    try:
+        import tomllib
+    except ImportError:
+        return None
+    return tomllib
+
+
+def parsed_toml_entry(data, keys):
+    """The entry of a TOML file read whole by tomllib, as Codex reads it: any
+    layout TOML allows (inline tables, dotted keys, multi-line arrays,
+    literal strings); a file that is no TOML is said to be unreadable."""
+    tomllib = toml_parser()
+    try:
+        document = tomllib.loads(data)
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError):
+        return {"unreadable": "it is not valid TOML"}
+    return mapped_entry(document, ("mcp_servers", KIT_NAME))
+
+
+# Where no parser reads the file, layouts the line scanner cannot read as the
+# client would (dotted keys, an inline table, a multi-line array or string;
+# YAML's flow mappings, anchors and block scalars): met near a memprove
+# entry, doctor says it cannot tell rather than give a wrong verdict.
+TOML_UNREAD = Pattern("(?m)^\\s*(mcp_servers\\s*\\.\\s*[\"']?memprove\\b|memprove\\s*[.=])"
+                      "|'''|\"\"\"|=\\s*\\[[^\\]\\n]*$")
+YAML_UNREAD = Pattern("(?m)[\"']?memprove[\"']?\\s*:\\s*[{&*]|:\\s*[|>&*{]|^\\s*-\\s*\\{")
+UNREADABLE = ("its layout is not one doctor reads without a parser for its format "
+              "(this Python has none)")
+
+
+def honest(entry, data, unread):
+    """A scanned entry, or {"unreadable": why} where the scanner met a layout
+    it cannot read near the entry (or anywhere, when it found none but the
+    file names memprove)."""
+    near = entry["text"] if entry else data
+    if (entry or KIT_NAME in data) and unread.search(near):
+        return {"unreadable": UNREADABLE}
+    return entry
 
 
 def json_client_entry(data, keys):
@@ -6078,6 +6395,11 @@ def json_client_entry(data, keys):
         value = load_json(data)
     except (ValueError, RecursionError):
         return None
+    return mapped_entry(value, keys)
+
+
+def mapped_entry(value, keys):
+    """The entry at `keys` of a parsed document (JSON, or TOML through tomllib)."""
     for key in keys:
         if not isinstance(value, dict) or key not in value:
             return None
@@ -6089,10 +6411,14 @@ def json_client_entry(data, keys):
     if isinstance(command, list):              # opencode: [command, ...args]
         command, args = (command[0] if command else None), command[1:]
     env = value.get("env", value.get("environment", value.get("envs")))
+    try:
+        text = dump_json(value, ascii=False)
+    except (TypeError, ValueError):      # a TOML date, which JSON has no form for
+        text = str(value)
     return {"command": command if isinstance(command, str) else None,
             "args": [arg for arg in args if isinstance(arg, str)],
             "env": env if isinstance(env, dict) else {},
-            "keyed": keyed_values(value), "text": dump_json(value, ascii=False)}
+            "keyed": keyed_values(value), "text": text}
 
 
 def keyed_values(value):

@@ -44,6 +44,29 @@ def pytest_report_header(config):
     return "memprove test profile: %s (MEMPROVE_TEST_PROFILE)" % TEST_PROFILE
 
 
+def skip_reason(report):
+    """The reason a skipped test's report gives, without pytest's "Skipped: " prefix."""
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per skip reason, with how many tests it skipped, most first (addopts leaves
+    `s` out of -r, which would print a line per test and place)."""
+    reasons = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = skip_reason(report)
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if not reasons:
+        return
+    total = sum(reasons.values())
+    terminalreporter.write_sep("=", "skipped: %d test%s, %d reason%s" % (
+        total, "" if total == 1 else "s", len(reasons), "" if len(reasons) == 1 else "s"))
+    for reason, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0])):
+        terminalreporter.write_line("SKIPPED %d: %s" % (count, reason))
+
+
 def pytest_collection_modifyitems(config, items):
     """With MEMPROVE_TEST_SERVER_PYTHON set, run only the tests whose servers it
     changes: those that start theirs through `start_server` and do not already

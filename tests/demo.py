@@ -9,11 +9,12 @@ passing run, complete the Task, end the Session, and read the Pack a later
 session would resume from.  Every call is printed with a compact view of its
 result.  It ends as a user setting up a client would: `mcp print-config`
 writes the project's .mcp.json, and `mcp doctor` checks the whole path from
-shell to ledger.  Everything is removed afterwards.
+shell to ledger.  Everything is removed afterwards but the .pyz.
 
-    python3 tests/demo.py
+    python3 tests/demo.py [--output PATH]     # the .pyz: default dist/memprove_mcp.pyz
 """
 
+import argparse
 import json
 import os
 import secrets
@@ -76,8 +77,7 @@ def compact(value, width=150):
     return text if len(text) <= width else text[:width - 1] + "\u2026"
 
 
-def build():
-    pyz = os.path.join(ROOT, "dist", "memprove_mcp.pyz")
+def build(pyz):
     subprocess.run([sys.executable, os.path.join(ROOT, "build_zipapp.py"), "--output", pyz],
                    check=True)
     return pyz
@@ -156,8 +156,13 @@ def check_setup(pyz, env, workspace):
     return done.returncode
 
 
-def main():
-    pyz = build()
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="demo.py", description=(
+        "Build the .pyz and walk one agent's day through it with the reference daemon."))
+    parser.add_argument("-o", "--output", metavar="PATH",
+                        default=os.path.join(ROOT, "dist", "memprove_mcp.pyz"),
+                        help="where the .pyz is built (default: dist/memprove_mcp.pyz)")
+    pyz = build(os.path.abspath(parser.parse_args(argv).output))
     folder = tempfile.mkdtemp(prefix="memprove-demo-")
     daemon = None
     try:

@@ -83,7 +83,8 @@ def needs_proc():
 def hypothesis_or_fail():
     import importlib.util
     if importlib.util.find_spec("hypothesis") is None:
-        skip_or_fail("hypothesis is not installed (pip install hypothesis)", module_level=True)
+        skip_or_fail("hypothesis is not installed: run the README's test command, which "
+                     "installs pyproject.toml's test extra into .venv/", module_level=True)
 
 
 # ---------------------------------------------------------------------------
@@ -634,19 +635,22 @@ class LocalUser:
 
 
 def reachable_by_others(path):
-    """True when any user can run `path`: every directory above it lets others through
-    and the file itself lets them read and run it."""
+    """True when any user can run `path`: every directory above it, and above the file
+    it links to (a virtual environment's python links to its base interpreter), lets
+    others through, and the file itself lets them read and run it."""
     real = os.path.realpath(path)
     if os.stat(real).st_mode & 0o005 != 0o005:
         return False
-    place = os.path.dirname(real)
-    while True:
-        if os.stat(place).st_mode & 0o001 == 0:
-            return False
-        parent = os.path.dirname(place)
-        if parent == place:
-            return True
-        place = parent
+    for start in (os.path.abspath(path), real):
+        place = os.path.dirname(start)
+        while True:
+            if os.stat(place).st_mode & 0o001 == 0:
+                return False
+            parent = os.path.dirname(place)
+            if parent == place:
+                break
+            place = parent
+    return True
 
 
 def python_for_others():

@@ -14,6 +14,7 @@ what it uses from here (`from harness import ...`), never from conftest.  (Not
 import contextlib
 import errno
 import glob
+import hashlib
 import json
 import os
 import queue
@@ -1050,13 +1051,28 @@ def codex_installed(home, kit, enabled=True):
         '[plugins."memprove@memprove"]\nenabled = %s\n' % (kit, "true" if enabled else "false"))
 
 
+def codex_trusts_the_hook(home, kit):
+    """As Codex 0.171.0 records a hook the user trusted (measured: docs/session-start.md):
+    a table under the hook's key in config.toml, holding the SHA-256 of the handler as
+    Codex sees it, its defaults filled in, as compact JSON with sorted keys."""
+    hooks = json.loads((kit / "memprove" / "hooks" / "hooks.json").read_text(encoding="utf-8"))
+    command = hooks["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    seen = {"event_name": "session_start", "hooks": [
+        {"async": False, "command": command, "timeout": 600, "type": "command"}]}
+    digest = hashlib.sha256(json.dumps(seen, sort_keys=True, separators=(",", ":"),
+                                       ensure_ascii=False).encode("utf-8")).hexdigest()
+    with open(str(home / ".codex" / "config.toml"), "a", encoding="utf-8") as config:
+        config.write('\n[hooks.state."memprove@memprove:hooks/hooks.json:session_start:0:0"]\n'
+                     'trusted_hash = "sha256:%s"\n' % digest)
+
+
 def gemini_installed(home, kit, enabled=True):
     """As `gemini extensions install`; not enabled: as `gemini extensions disable memprove`
     then writes it, a rule for the home folder and those below it."""
     extension = home / ".gemini" / "extensions" / "memprove"
-    shutil.copytree(str(kit / "memprove"), str(extension))
+    shutil.copytree(str(kit), str(extension))
     (extension / ".gemini-extension-install.json").write_text(json.dumps(
-        {"source": str(kit / "memprove"), "type": "local"}))
+        {"source": str(kit), "type": "local"}))
     if not enabled:
         gemini_rules(home, ["!%s/*" % home])
 
@@ -1083,7 +1099,7 @@ def installed_kit_paths(client, home, kit):
         folder = next(cache.iterdir())
         return folder, folder / ".codex-plugin" / "mcp.json", kit / "memprove" / "memprove_mcp.pyz"
     folder = home / ".gemini" / "extensions" / "memprove"
-    return folder, folder / "gemini-extension.json", folder / "memprove_mcp.pyz"
+    return folder, folder / "gemini-extension.json", folder / "memprove" / "memprove_mcp.pyz"
 
 # ---------------------------------------------------------------------------
 # A small validator for the JSON Schema subset the tools use

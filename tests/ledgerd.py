@@ -66,7 +66,13 @@ Texts (titles, agent names, claim texts, commands) may hold lone surrogates, as 
 UTF-8 with surrogates passed through, and hashed that way in the ledger).  Ids and paths may not.
 
 ``memprove_run(url, token, workspace_root, session_id, command, exit_code)`` records a Run as
-``memprove run`` does (recordRun, then a line in ``<root>/.memprove/runs.jsonl``).
+``memprove run`` does (recordRun, then a line in ``<root>/.memprove/runs.jsonl``).  By hand,
+where the memprove CLI's ``memprove run`` is not installed, the same from a shell::
+
+    python3 tests/ledgerd.py run [--workspace DIR] [--config-dir DIR] -- pytest -q
+
+runs the command in the Workspace's context Session (the one ``begin`` opened) and exits with
+its status (125: nothing recorded, see standard error).
 """
 
 import argparse
@@ -1500,15 +1506,213 @@ def memprove_run(url, token, workspace_root, session_id, command, exit_code, sta
 
 
 # ---------------------------------------------------------------------------
+# `run -- COMMAND`: memprove run by hand
+# ---------------------------------------------------------------------------
+# The memprove CLI's `memprove run -- COMMAND` runs a command and records it as a Run of the
+# Workspace's context Session.  This is the same for trying the MCP server by hand: the
+# configuration and the Workspace are found as the server finds them (contract.md §1 and §2),
+# the Session is the one in .memprove/context.json, the Run is recorded by memprove_run.
+
+RUN_USAGE = "ledgerd.py run [--workspace DIR] [--config-dir DIR] -- COMMAND [ARG...]"
+RUN_NOT_RECORDED = 125      # as env(1) and nice(1): the runner's own failure, not the command's
+
+
+class RunSetupError(Exception):
+    """Why `ledgerd.py run` cannot record a Run (said on standard error)."""
+
+
+def _first_line(path, what):
+    try:
+        with open(str(path), encoding="utf-8-sig") as file:
+            line = file.readline().strip()
+    except OSError as error:
+        raise RunSetupError("%s %s cannot be read (%s)" % (what, path, error.strerror))
+    if not line:
+        raise RunSetupError("%s %s is empty" % (what, path))
+    return line
+
+
+def _set(name):
+    return os.environ.get(name) or None
+
+
+def run_configuration(config_dir=None):
+    """(daemon URL, token): contract.md §1's sources, first set wins."""
+    if config_dir:
+        directory = Path(config_dir)
+    elif _set("MEMPROVE_CONFIG_DIR"):
+        directory = Path(os.environ["MEMPROVE_CONFIG_DIR"])
+    elif _set("XDG_CONFIG_HOME"):
+        directory = Path(os.environ["XDG_CONFIG_HOME"]) / "memprove"
+    elif os.name == "nt" and _set("APPDATA"):
+        directory = Path(os.environ["APPDATA"]) / "memprove"
+    else:
+        directory = Path.home() / ".config" / "memprove"
+    if _set("MEMPROVE_TOKEN"):
+        token = os.environ["MEMPROVE_TOKEN"].strip()
+    elif _set("MEMPROVE_TOKEN_FILE"):
+        token = _first_line(os.environ["MEMPROVE_TOKEN_FILE"], "the token file")
+    elif (directory / "token").exists():
+        token = _first_line(directory / "token", "the token file")
+    else:
+        raise RunSetupError("no token: set MEMPROVE_TOKEN_FILE, or put the token in %s"
+                            % (directory / "token"))
+    if _set("MEMPROVE_DATA_DIR"):
+        data_dir = Path(os.environ["MEMPROVE_DATA_DIR"])
+    elif (directory / "data-dir").exists():
+        data_dir = directory / _first_line(directory / "data-dir", "the data-dir file")
+    else:
+        raise RunSetupError("no data directory: set MEMPROVE_DATA_DIR, or write its path into %s"
+                            % (directory / "data-dir"))
+    try:
+        with open(str(data_dir / "daemon.json"), encoding="utf-8") as file:
+            url = json.load(file)["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise RunSetupError("no daemon: %s cannot be read; start one with: python3 %s "
+                            "--data-dir %s" % (data_dir / "daemon.json",
+                                               shlex.quote(os.path.abspath(__file__)),
+                                               shlex.quote(str(data_dir))))
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme != "http" or parts.hostname not in (
+            "127.0.0.1", "localhost", "::1"):
+        raise RunSetupError("%s names %r, not a loopback http address: the token is not sent"
+                            % (data_dir / "daemon.json", url))
+    return url, token
+
+
+def run_workspace(given=None):
+    """The Workspace root, found as the server finds it (contract.md §2): from the first set
+    of --workspace, MEMPROVE_WORKSPACE, CLAUDE_PROJECT_DIR and the working directory, the
+    nearest folder upwards holding .memprove/, stopping at a repository root (.git) and
+    below the home directory (unless the start is there or above); else that repository
+    root, else the start."""
+    start = next((value for value in (given, _set("MEMPROVE_WORKSPACE"),
+                                      _set("CLAUDE_PROJECT_DIR")) if value and "${" not in value),
+                 None) or os.getcwd()
+    if not os.path.isdir(start):
+        raise RunSetupError("the Workspace %s is not a directory" % start)
+    start = Path(start).resolve()
+    home = Path.home().resolve()
+    above_home = start == home or start in home.parents
+    place, repository = start, None
+    while True:
+        if (place / ".memprove").is_dir():
+            return place
+        if (place / ".git").exists():
+            repository = place
+            break
+        parent = place.parent
+        if parent == place or (not above_home and (parent == home or parent in home.parents)):
+            break
+        place = parent
+    return repository or start
+
+
+def run_session(root):
+    """The context Session's id, from <root>/.memprove/context.json."""
+    path = root / ".memprove" / "context.json"
+    try:
+        with open(str(path), encoding="utf-8") as file:
+            context = json.load(file)
+    except FileNotFoundError:
+        context = {}
+    except (OSError, ValueError) as error:
+        raise RunSetupError("%s cannot be read (%s)" % (path, error))
+    if not isinstance(context, dict):
+        raise RunSetupError("%s is not a context file" % path)
+    workspace = context.get("workspace")
+    if context and (not isinstance(workspace, dict) or workspace.get("root") != str(root)):
+        raise RunSetupError("%s names another Workspace: call `begin`, which starts afresh"
+                            % path)
+    session = context.get("session")
+    if not isinstance(session, dict) or not isinstance(session.get("id"), str):
+        raise RunSetupError("the context in %s has no Session: call `begin` first (the agent's"
+                            " tool, or by hand through `mcp serve`)" % root)
+    return session["id"]
+
+
+def _command_text(argv):
+    """The command as runs.jsonl and the Pack show it: one line a shell would run."""
+    if os.name == "nt":
+        import subprocess
+        return subprocess.list2cmdline(argv)
+    return " ".join(shlex.quote(word) for word in argv)
+
+
+def run_main(argv):
+    """`ledgerd.py run [options] -- COMMAND...`: exit with the command's status, having
+    recorded it (RUN_NOT_RECORDED, and nothing run, when it cannot be recorded).  Called
+    from the main thread (it hands SIGINT to the command while it runs)."""
+    import subprocess
+    if "--" in argv:
+        options, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    else:
+        options, command = argv, []
+    parser = argparse.ArgumentParser(
+        prog="ledgerd.py run", usage=RUN_USAGE,
+        description="Run COMMAND in the Workspace and record it as a Run of the context's"
+                    " Session, as the memprove CLI's `memprove run` does: the daemon's"
+                    " recordRun, then a line in .memprove/runs.jsonl. Exits with COMMAND's"
+                    " status; %d when nothing could be recorded (nothing is run then)."
+                    % RUN_NOT_RECORDED)
+    parser.add_argument("--workspace", metavar="DIR", help="the project (default: as the"
+                        " server finds it, from the working directory)")
+    parser.add_argument("--config-dir", metavar="DIR", help="as given to `mcp serve`")
+    args = parser.parse_args(options)
+    if not command:
+        parser.error("no COMMAND after --")
+    try:
+        url, token = run_configuration(args.config_dir)
+        root = run_workspace(args.workspace)
+        session_id = run_session(root)
+    except RunSetupError as error:
+        print("ledgerd.py run: %s; nothing was run" % error, file=sys.stderr)
+        return RUN_NOT_RECORDED
+    # In the working directory when it is in the Workspace (as a shell runs it), else at
+    # the Workspace's root.
+    here = Path(os.getcwd()).resolve()
+    cwd = here if here == root or root in here.parents else root
+    started_at = utc_now()
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)     # Ctrl-C is the command's
+    try:
+        status = subprocess.call(command, cwd=str(cwd))
+    except FileNotFoundError:
+        print("ledgerd.py run: %s: command not found" % command[0], file=sys.stderr)
+        status = 127
+    except OSError as error:
+        print("ledgerd.py run: %s: %s" % (command[0], error.strerror), file=sys.stderr)
+        status = 126
+    finally:
+        signal.signal(signal.SIGINT, interrupt)
+    if status < 0:
+        status = 128 - status                                   # killed by signal N: 128 + N
+    try:
+        run = memprove_run(url, token, root, session_id, _command_text(command), status,
+                           started_at=started_at, finished_at=utc_now())
+    except (LedgerdError, OSError) as error:
+        print("ledgerd.py run: the run was not recorded: %s" % error, file=sys.stderr)
+        return RUN_NOT_RECORDED
+    print("ledgerd.py run: %s %s (exit %d), recorded in %s" % (
+        run["label"], "passed" if run["passed"] else "failed", status,
+        root / ".memprove" / "runs.jsonl"), file=sys.stderr)
+    return status
+
+
+# ---------------------------------------------------------------------------
 # By hand
 # ---------------------------------------------------------------------------
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:
+        return run_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="ledgerd.py",
         description="The reference memprove daemon: HTTP on 127.0.0.1, a SQLite ledger with a"
                     " SHA-256 hash chain, tokens with scopes and roles. Serves until SIGINT or"
-                    " SIGTERM.")
+                    " SIGTERM.",
+        epilog="%s: run a command and record it as the memprove CLI's `memprove run` does"
+               " (`ledgerd.py run --help`)." % RUN_USAGE)
     parser.add_argument("--data-dir", required=True, metavar="DIR",
                         help="where daemon.json, tokens.json, token and ledger.sqlite3 live")
     parser.add_argument("--port", type=int, default=0, metavar="N",

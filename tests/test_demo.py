@@ -9,11 +9,27 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def state(path):
+    """What a later look at `path` can tell apart: absent, or its size, mtime and inode."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return None
+    return found.st_size, found.st_mtime_ns, found.st_ino
+
+
 def test_demo_walks_an_agents_day_and_cleans_up(tmp_path):
+    """Built with --output into this test's folder: the clone's dist/ is not the test's
+    to rewrite (a kit written next from it would copy what the test built)."""
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path), "LANG": "C.UTF-8",
            "TMPDIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, str(REPO / "tests" / "demo.py")], cwd=str(tmp_path),
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    clones = state(REPO / "dist" / "memprove_mcp.pyz")
+    built = tmp_path / "built" / "memprove_mcp.pyz"
+    done = subprocess.run([sys.executable, str(REPO / "tests" / "demo.py"), "--output", str(built)],
+                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=120)
+    assert state(REPO / "dist" / "memprove_mcp.pyz") == clones
+    assert built.is_file()
     out = done.stdout.decode("utf-8")
     assert done.returncode == 0, done.stderr.decode("utf-8", "replace")[-2000:]
     calls = re.findall(r"^> (\w+) ", out, re.M)

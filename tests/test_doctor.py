@@ -285,9 +285,10 @@ def test_config_dir_from_option(doctor, config, daemon, tmp_path):
     outcome = doctor("--config-dir", str(config.dir), env={"MEMPROVE_CONFIG_DIR": None})
     assert outcome.status("config_dir") == "ok"
     assert "%s (from --config-dir)" % config.dir in outcome["config_dir"]["detail"]
-    # The client fix reproduces the option.
+    # The client fix, Claude Code's own command, gives the server that configuration directory.
     assert outcome["client"]["fix"].endswith(
-        "mcp print-config --config-dir %s" % config.dir), outcome["client"]["fix"]
+        "mcp serve --config-dir %s" % config.dir), outcome["client"]["fix"]
+    assert "MEMPROVE_CONFIG_DIR=%s" % config.dir in outcome["client"]["fix"]
 
 
 def test_config_dir_from_xdg(doctor, tmp_path):
@@ -647,19 +648,39 @@ def test_project_entry_comes_first(doctor, daemon, claude_entry, home, workspace
     assert doctor().status("client") == "fail"
 
 
-def test_no_client_entry_warns_with_the_print_config_line(doctor, daemon, doctor_pyz, workspace):
+def test_no_client_entry_warns_with_the_clients_own_command(doctor, daemon, doctor_pyz,
+                                                           workspace, config):
+    """Issue 31 item 5: the fix is the command of the client that adds the entry (the interop
+    tier runs it with the real clients, then doctor says ok), not a line to paste by hand."""
     outcome = doctor()
     check = outcome["client"]
     assert check["status"] == "warn"
     assert str(workspace.resolve() / ".mcp.json") in check["detail"]
-    assert check["fix"] == "python3 %s mcp print-config" % doctor_pyz
+    assert check["fix"] == (
+        "claude mcp add memprove -e MEMPROVE_CONFIG_DIR={cfg} -- {python} {pyz} mcp serve "
+        "--config-dir {cfg}".format(cfg=config.dir, python=os.path.abspath(sys.executable),
+                                    pyz=doctor_pyz)), check
     assert outcome.code == 0
 
 
-def test_client_fix_names_the_client(doctor, daemon, doctor_pyz, home):
-    outcome = doctor("--client", "codex")
-    assert outcome["client"]["fix"] == "python3 %s mcp print-config --client codex" % doctor_pyz
-    assert str(home / ".codex" / "config.toml") in outcome["client"]["detail"]
+@pytest.mark.parametrize("client, command", [
+    ("codex", "codex mcp add memprove --env MEMPROVE_CONFIG_DIR={cfg} -- {python} {pyz} mcp serve "
+              "--config-dir {cfg}"),
+    ("gemini", "gemini mcp add -s user memprove -e MEMPROVE_CONFIG_DIR={cfg} {python} -- {pyz} mcp "
+               "serve --config-dir {cfg}")])
+def test_client_fix_is_the_named_clients_command(doctor, daemon, doctor_pyz, home, config,
+                                                 client, command):
+    outcome = doctor("--client", client)
+    assert outcome["client"]["fix"] == command.format(
+        cfg=config.dir, python=os.path.abspath(sys.executable), pyz=doctor_pyz), outcome["client"]
+    assert outcome.status("client") == "warn"
+
+
+def test_a_client_without_an_add_command_gets_print_config_and_the_file(doctor, daemon,
+                                                                        doctor_pyz, workspace):
+    outcome = doctor("--client", "cursor")
+    assert outcome["client"]["fix"] == "python3 %s mcp print-config --client cursor, and put " \
+        "what it prints in %s" % (doctor_pyz, workspace.resolve() / ".cursor" / "mcp.json")
 
 
 def test_client_command_missing_fails(doctor, daemon, claude_entry, workspace, tmp_path):

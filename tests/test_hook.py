@@ -33,8 +33,9 @@ import threading
 
 import pytest
 
-from harness import (INSTALLED, SAFETY_TIMEOUT, default_server_python, gemini_rules, run_cli,
-                     server_path, snapshot, stderr_line_ending, tool_value)
+from harness import (INSTALLED, SAFETY_TIMEOUT, codex_trusts_the_hook, default_server_python,
+                     gemini_rules, run_cli, server_path, snapshot, stderr_line_ending,
+                     tool_value)
 from hardening_support import FakeDaemon, RawDaemon
 
 HOOK = ("mcp", "hook", "session-start")
@@ -873,6 +874,8 @@ def test_the_kits_hooks_json_runs_the_hook_under_sh(world, private_place):
     kit.parent.mkdir()
     done = write_kit(world, kit)
     hooks = json.loads((kit / "memprove" / "hooks" / "hooks.json").read_text("utf-8"))
+    # Gemini's extension is the kit's folder: its own hooks file, the same command here.
+    assert json.loads((kit / "hooks" / "hooks.json").read_text("utf-8")) == hooks
     assert sorted(hooks) == ["description", "hooks"] and isinstance(hooks["description"], str)
     assert list(hooks["hooks"]) == ["SessionStart"], hooks
     command = session_start_commands(hooks["hooks"])
@@ -914,14 +917,14 @@ def test_a_kit_written_with_workspace_names_it_in_the_hook(world, private_place)
 def test_geminis_context_file_survives_compression(world, private_place):
     kit = private_place / "kit"
     write_kit(world, kit)
-    extension = json.loads((kit / "memprove" / "gemini-extension.json").read_text("utf-8"))
+    extension = json.loads((kit / "gemini-extension.json").read_text("utf-8"))
     assert extension["contextFileName"] == "GEMINI.md", extension
-    text = (kit / "memprove" / "GEMINI.md").read_text("utf-8")
+    text = (kit / "GEMINI.md").read_text("utf-8")
     assert "pack" in text and "memprove" in text.lower(), text
     assert len(text) < 2000, len(text)                   # short and static
     again = private_place / "again"
     write_kit(world, again, "--workspace", world.workspace)
-    assert (again / "memprove" / "GEMINI.md").read_text("utf-8") == text
+    assert (again / "GEMINI.md").read_text("utf-8") == text
     assert world.config.token not in text and str(world.config.dir) not in text
 
 
@@ -983,6 +986,12 @@ def test_doctors_hook_check_finds_the_kit_each_client_installed(world, home, pri
     kit = private_place / "kit"
     write_kit(world, kit)
     INSTALLED[client](home, kit)
+    if client == "codex":
+        # Codex skips a plugin's hook, silently, until the user trusts it; doctor says so.
+        hook = doctor_checks(world, *args)[1]["hook"]
+        assert hook["status"] == "warn" and "not trusted" in hook["detail"], hook
+        assert "codex" in hook["fix"], hook
+        codex_trusts_the_hook(home, kit)
     hook = doctor_checks(world, *args)[1]["hook"]
     assert hook["status"] == "ok" and "hooks.json" in hook["detail"], hook
     assert "Task 1" in hook["detail"], hook

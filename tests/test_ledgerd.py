@@ -5,6 +5,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import signal
 import sqlite3
 import stat
@@ -1030,6 +1031,95 @@ def test_cli_help():
     done = subprocess.run([sys.executable, str(Path(ledgerd.__file__)), "--help"],
                           stdout=subprocess.PIPE, universal_newlines=True, timeout=30)
     assert done.returncode == 0 and "--data-dir" in done.stdout and "--token" in done.stdout
+    assert "ledgerd.py run" in done.stdout
+
+
+# -- `ledgerd.py run -- COMMAND`: memprove run by hand (issue 31, item 9) ------------------
+
+def ledgerd_run(args, env, cwd):
+    return subprocess.run([sys.executable, str(Path(ledgerd.__file__)), "run"] + args,
+                          cwd=str(cwd), env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=60)
+
+
+def runs_lines(workspace):
+    return [json.loads(line) for line in
+            (workspace / ".memprove" / "runs.jsonl").read_text("utf-8").splitlines()]
+
+
+def test_run_records_what_complete_accepts(hserve, config, daemon, workspace, make_env, tmp_path):
+    """A real command run through `ledgerd.py run`, from a subfolder of the Workspace, is
+    recorded as memprove run records it: the built .pyz's `complete` refuses the failing
+    run and completes the Task once the same command passes, which the daemon holds as
+    passed."""
+    from hardening_support import begun_server, call_tool
+    server, begun = begun_server(hserve, config, "By hand")
+    below = workspace / "src"
+    below.mkdir()
+    env = make_env(config.env())
+    outcome = tmp_path / "outcome"          # what the "tests" give: failing, then fixed
+    script = "import os, sys; print('in', os.getcwd()); sys.exit(int(open(sys.argv[1]).read()))"
+    command = [sys.executable, "-c", script, str(outcome)]
+    outcome.write_text("3")
+    failing = ledgerd_run(["--"] + command, env, below)
+    assert failing.returncode == 3, failing.stderr
+    assert failing.stdout == "in %s\n" % below
+    assert re.search(r"^ledgerd\.py run: r1 failed \(exit 3\), recorded in ", failing.stderr, re.M)
+    assert call_tool(server, "complete")[0] == "runs_failing"
+    outcome.write_text("0")
+    passing = ledgerd_run(["--"] + command, env, below)
+    assert passing.returncode == 0, passing.stderr
+    lines = runs_lines(workspace)
+    assert [list(line) for line in lines] == [
+        ["label", "id", "task_id", "session_id", "command", "exit_code", "passed",
+         "started_at", "finished_at"]] * 2
+    assert [(line["label"], line["exit_code"], line["passed"]) for line in lines] == [
+        ("r1", 3, False), ("r2", 0, True)]
+    # One line a shell runs as the same words.
+    assert [shlex.split(line["command"]) for line in lines] == [command] * 2
+    assert {line["session_id"] for line in lines} == {begun["session_id"]}
+    assert {line["task_id"] for line in lines} == {begun["task_id"]}
+    assert all(TIME.match(line["started_at"]) and line["started_at"] <= line["finished_at"]
+               for line in lines)
+    code, completed = call_tool(server, "complete")
+    assert code == "ok", completed
+    assert (completed["status"], completed["evidence"]) == ("done", ["r2"])
+    assert server.close() == 0
+
+
+def test_run_without_a_session_runs_nothing(config, daemon, workspace, make_env, tmp_path):
+    marker = tmp_path / "ran"
+    done = ledgerd_run(["--", sys.executable, "-c", "open(%r, 'w').close()" % str(marker)],
+                       make_env(config.env()), workspace)
+    assert done.returncode == ledgerd.RUN_NOT_RECORDED
+    assert "has no Session: call `begin` first" in done.stderr
+    assert "nothing was run" in done.stderr
+    assert not marker.exists()
+    assert not (workspace / ".memprove" / "runs.jsonl").exists()
+    assert [op["op"] for op in daemon.ops] == []
+
+
+def test_run_of_a_missing_command_records_a_failed_run(hserve, config, daemon, workspace,
+                                                       make_env):
+    from hardening_support import begun_server
+    server, begun = begun_server(hserve, config, "Missing")
+    assert server.close() == 0
+    done = ledgerd_run(["--", "no-such-command-31"], make_env(config.env()), workspace)
+    assert done.returncode == 127
+    assert "no-such-command-31: command not found" in done.stderr
+    assert [(line["command"], line["exit_code"], line["passed"]) for line in
+            runs_lines(workspace)] == [("no-such-command-31", 127, False)]
+
+
+def test_run_usage():
+    done = subprocess.run([sys.executable, str(Path(ledgerd.__file__)), "run", "--", ],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=30)
+    assert done.returncode == 2 and "no COMMAND after --" in done.stderr
+    helped = subprocess.run([sys.executable, str(Path(ledgerd.__file__)), "run", "--help"],
+                            stdout=subprocess.PIPE, universal_newlines=True, timeout=30)
+    assert helped.returncode == 0 and "memprove run" in helped.stdout
 
 
 # -- the controls issue 18's tests need ------------------------------------------------

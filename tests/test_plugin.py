@@ -29,9 +29,10 @@ KIT_FILES = {
     "memprove/.mcp.json",
     "memprove/.codex-plugin/plugin.json",
     "memprove/.codex-plugin/mcp.json",
-    "memprove/gemini-extension.json",
-    "memprove/GEMINI.md",
     "memprove/hooks/hooks.json",
+    "gemini-extension.json",
+    "GEMINI.md",
+    "hooks/hooks.json",
     "memprove/memprove_mcp.pyz",
     "memprove/README.md",
     "memprove.mcpb",
@@ -42,13 +43,13 @@ KIT_FILES = {
 SERVER_ENTRIES = {
     "claude-code": ("memprove/.mcp.json", ("mcpServers", "memprove"), "${CLAUDE_PLUGIN_ROOT}/"),
     "codex": ("memprove/.codex-plugin/mcp.json", ("mcpServers", "memprove"), None),
-    "gemini": ("memprove/gemini-extension.json", ("mcpServers", "memprove"),
-               "${extensionPath}${/}"),
+    "gemini": ("gemini-extension.json", ("mcpServers", "memprove"),
+               "${extensionPath}${/}memprove${/}"),
 }
 VERSIONED = ("memprove/.claude-plugin/plugin.json", "memprove/.codex-plugin/plugin.json",
-             "memprove/gemini-extension.json")
+             "gemini-extension.json")
 HEADINGS = ("Claude Code:", "Codex CLI:", "Gemini CLI:", "Claude Desktop:",
-            "To update after writing the kit again:")
+            "To update after writing the kit again:", "To remove it (then delete the folder):")
 
 
 def write_kit(python, pyz, folder, env, cwd, *options):
@@ -103,6 +104,7 @@ def kit_config(tmp_path):
 def test_the_kit_holds_exactly_the_files_of_plugin_md(pyz, server_python, make_env, tmp_path,
                                                      kit_config):
     folder = tmp_path / "kit"
+    (kit_config / "token").write_text("a-token\n")
     done = write_kit(server_python, pyz, folder, make_env(), tmp_path,
                      "--config-dir", kit_config)
     assert done.returncode == 0, done.stderr
@@ -113,6 +115,21 @@ def test_the_kit_holds_exactly_the_files_of_plugin_md(pyz, server_python, make_e
     assert bundle(folder)["memprove_mcp.pyz"][1] == pyz.read_bytes()
     # Nothing of the writing is left beside the kit.
     assert sorted(path.name for path in tmp_path.iterdir()) == ["config", "home", "kit"]
+
+
+def test_a_kit_for_a_configuration_directory_without_a_token_says_where_it_goes(
+        pyz, newest_python, make_env, tmp_path, kit_config):
+    """Issue 31 item 2: Gemini CLI passes its servers no variable whose name holds TOKEN, and
+    Codex only those its entry names: the token file in the configuration directory is the one
+    place every client's server finds it.  A kit written for a configuration directory without
+    one is written, and standard error says so in one line, naming the file.  (It said
+    nothing, and the kit's server had no token under Gemini.)"""
+    done = write_kit(newest_python, pyz, tmp_path / "kit", make_env(), tmp_path,
+                     "--config-dir", kit_config)
+    assert done.returncode == 0, done.stderr
+    line = done.stderr.decode("utf-8")
+    assert line.count("\n") == 1 and str(kit_config / "token") in line, line
+    assert "Gemini" in line, line
 
 
 def test_every_entry_names_this_interpreter_and_the_pyz_through_the_clients_root(
@@ -305,11 +322,15 @@ def test_standard_output_gives_each_clients_commands_for_this_shell(
                          "claude plugin install memprove@memprove"],
         "Codex CLI:": ["codex plugin marketplace add " + quoted,
                        "codex plugin add memprove@memprove"],
-        "Gemini CLI:": ["gemini extensions install '%s' --consent" % (folder / "memprove")],
+        "Gemini CLI:": ["gemini extensions install '%s' --consent" % folder],
         # No Claude Desktop block: it runs on macOS and Windows only.
         "To update after writing the kit again:": ["claude plugin update memprove@memprove",
                                                    "codex plugin add memprove@memprove",
                                                    "gemini extensions update memprove"],
+        "To remove it (then delete the folder):": [
+            "claude plugin uninstall memprove@memprove", "claude plugin marketplace remove memprove",
+            "codex plugin remove memprove@memprove", "codex plugin marketplace remove memprove",
+            "gemini extensions uninstall memprove"],
     }
     assert any("in place" in line and "keep" in line for line in preface)
     assert any("Gemini" in line and "answer y" in line for line in preface)
@@ -361,9 +382,37 @@ def test_doctor_finds_the_kit_a_client_installed(pyz, newest_python, make_env, h
                      "--config-dir", kit_config).returncode == 0
     INSTALLED[client](home, kit)
     check = doctor_client(newest_python, pyz, client, make_env(), tmp_path, kit_config)
-    version = read_json(kit, VERSIONED[0])["version"]
     assert check["status"] == "ok", check
-    assert "(from a plugin kit)" in check["detail"] and version in check["detail"], check
+    assert "(from a plugin kit)" in check["detail"], check
+    assert "version %s" % archive_version(pyz) in check["detail"], check
+
+
+def archive_version(pyz):
+    """The version of the archive itself, which doctor names for the server that runs."""
+    import memprove_mcp
+    return "%s+%s" % (memprove_mcp.VERSION, hashlib.sha256(pyz.read_bytes()).hexdigest()[:12])
+
+
+def test_doctor_names_the_version_codex_will_run_after_the_kit_is_written_again(
+        pyz, newest_python, make_env, home, tmp_path, kit_config):
+    """Issue 31 item 6: Codex's entry names the kit's own .pyz, outside its copy, so a kit
+    written again from a newer archive runs at once while the copy's manifest keeps the old
+    version: doctor names the version that will run, not the copy's.  (It said `ok ...
+    version OLD`.)"""
+    kit = tmp_path / "kit"
+    older = tmp_path / "older.pyz"
+    older.write_bytes(pyz.read_bytes() + b"\0")
+    assert write_kit(newest_python, older, kit, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    INSTALLED["codex"](home, kit)
+    old = read_json(kit, VERSIONED[1])["version"]
+    assert write_kit(newest_python, pyz, kit, make_env(), tmp_path,
+                     "--config-dir", kit_config).returncode == 0
+    check = doctor_client(newest_python, pyz, "codex", make_env(), tmp_path, kit_config)
+    assert check["status"] == "ok", check
+    assert "runs this server, version %s" % archive_version(pyz) in check["detail"], check
+    assert "version " + old not in check["detail"], check
+    assert "version " + archive_version(older) not in check["detail"], check
 
 
 @pytest.mark.parametrize("client, update", [
@@ -380,7 +429,8 @@ def test_doctor_warns_of_a_kit_from_other_bytes_with_the_update_commands(
     INSTALLED[client](home, kit)
     check = doctor_client(newest_python, pyz, client, make_env(), tmp_path, kit_config)
     assert check["status"] == "warn", check
-    assert read_json(kit, VERSIONED[0])["version"] in check["detail"], check
+    assert "version %s, not this one, version %s" % (archive_version(older), archive_version(pyz)) \
+        in check["detail"], check
     assert "%s mcp plugin %s, then: %s" % (pyz, kit, update) in check["fix"], check
 
 

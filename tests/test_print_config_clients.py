@@ -23,7 +23,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import clean_env, depth, find_python, run_cli
+from harness import clean_env, depth, require_python, run_cli
 from test_cli import interpreter_executable, one_stderr_line
 
 # clients.md's table, in its order.
@@ -488,9 +488,7 @@ def test_a_non_ascii_path_under_an_ascii_locale(pyz, make_env, workspace, tmp_pa
     """Python 3.6 under LANG=C reads arguments as ASCII with surrogate-escaped
     bytes (3.7 and later coerce the C locale to UTF-8): the entry must still
     name the UTF-8 path, in every format."""
-    python = find_python("3.6")
-    if python is None:
-        pytest.skip("Python 3.6 is not installed")
+    python = require_python("3.6")
     config_dir = str(tmp_path / "caf\u00e9 \U0001F680 cfg")
     done = run_cli(python, pyz, ["mcp", "print-config", "--config-dir", config_dir,
                                  "--client", client],

@@ -58,8 +58,6 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import pytest
-
 from harness import SAFETY_TIMEOUT, clean_env
 from interop.agents import EXPECTED_AGENT, GEMINI_MODEL, describe, gemini_agent
 from interop.model_endpoint import Endpoint, Script, Turn
@@ -137,10 +135,11 @@ def same_pack(got, expected, earliest, latest):
 # The kit's hook, its log, what the model was shown
 # ---------------------------------------------------------------------------
 
-def kit_hook_commands(kit):
-    """The commands of the kit's hooks/hooks.json SessionStart entries (docs/session-start.md:
-    one entry, no matcher, no timeout)."""
-    hooks = json.loads((kit / KIT / "hooks" / "hooks.json").read_text("utf-8"))
+def kit_hook_commands(folder):
+    """The one handler of hooks/hooks.json in `folder` (the plugin's, or Gemini's extension
+    at the kit's root), on POSIX: one SessionStart entry, no matcher, no timeout
+    (docs/session-start.md)."""
+    hooks = json.loads((folder / "hooks" / "hooks.json").read_text("utf-8"))
     groups = hooks["hooks"]["SessionStart"]
     assert len(groups) == 1 and "matcher" not in groups[0], groups
     handlers = groups[0]["hooks"]
@@ -325,7 +324,7 @@ def claude_install(claude, kit_python, pyz, kit):
     blocks = printed_blocks(kit_python.write_kit(pyz, kit, claude.config_dir, claude.home))
     install, _ = commands_for(blocks, "claude")
     run_printed(lambda argv, answer: claude.run(*argv[1:], timeout=300), install)
-    handler = kit_hook_commands(kit)
+    handler = kit_hook_commands(kit / KIT)
     return kit, handler
 
 
@@ -628,7 +627,7 @@ def test_codex_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, nex
         + printed
     install, _ = commands_for(blocks, "codex")
     run_printed(agent_runner(agent), install)
-    kit_hook_commands(kit)
+    kit_hook_commands(kit / KIT)
 
     # Installed, the hook is not trusted: Codex skips it without a word.
     assert kit_hook_in_codex(agent)["trustStatus"] == "untrusted"
@@ -707,7 +706,7 @@ def test_gemini_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, ki
     blocks = printed_blocks(kit_python.write_kit(pyz, kit, agent.config_dir, agent.home))
     install, _ = commands_for(blocks, "gemini")
     run_printed(agent_runner(agent), install, ANSWERS["gemini"])
-    kit_hook_commands(kit)
+    kit_hook_commands(kit)          # Gemini's extension is the kit's folder itself
     run = agent_runner_in(agent)
     serve = [sys.executable, str(pyz), "mcp", "serve", "--config-dir", str(agent.config_dir)]
     client = EXPECTED_AGENT["gemini"]
@@ -745,7 +744,7 @@ def test_gemini_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, ki
     assert [(line[1], line[2]) for line in seen["Pack"]] == [("startup", "pack")], seen
     report("gemini", "Pack in contents%s, then %r" % (list(where), after[:80]), text[:160])
     # The kit's context file (contextFileName), which outlives a compression, is there too.
-    gemini_md = max((kit / KIT / "GEMINI.md").read_text("utf-8").splitlines(), key=len)
+    gemini_md = max((kit / "GEMINI.md").read_text("utf-8").splitlines(), key=len)
     assert any(gemini_md in text for text in texts_in(first_scripted(endpoint))), gemini_md
     token_in_no_request(endpoint, config.token)
 
@@ -759,11 +758,6 @@ def test_gemini_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, ki
 # Claude Code for Windows, under Wine 10
 # ---------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the kit's Windows hook command is quoted for POSIX sh, and Claude Code for Windows runs "
-    "a hook's command with Git Bash only where Git Bash is installed, else with PowerShell "
-    "(under Wine a stub that runs nothing); the exec form (`command` the interpreter, `args` "
-    "the rest) ran and gave the Pack under Wine"))
 def test_windows_claude_code_starts_with_the_pack(claude_windows, windows_pyz, daemon, config,
                                                   tmp_path):
     """claude.exe with a kit written by Windows Python (python.org's CPython 3.13), in a

@@ -61,7 +61,7 @@ from urllib.parse import urlsplit
 from harness import SAFETY_TIMEOUT, clean_env
 from interop.agents import EXPECTED_AGENT, GEMINI_MODEL, describe, gemini_agent
 from interop.model_endpoint import Endpoint, Script, Turn
-from interop.test_plugin_kit import (  # noqa: F401  (kit_python is a fixture)
+from interop.test_plugin_kit import (  # noqa: F401  (kit_python, next_pyz: fixtures)
     ANSWERS, KIT, agent_runner, commands_for, kit_python, next_pyz, powershell_words,
     printed_blocks, run_printed, token_nowhere)
 
@@ -341,8 +341,8 @@ def host_runner(home, cwd):
 def test_claude_code_starts_with_the_pack(claude, pyz, kit_python, daemon, config, private_place,
                                           tmp_path):
     kit, handler = claude_install(claude, kit_python, pyz, private_place / "kit")
-    assert HOOK_WORDS[0] in handler["command"] and str(kit / KIT / "memprove_mcp.pyz") in \
-        handler["command"], handler
+    assert " ".join(HOOK_WORDS) in handler["command"] and str(kit / KIT / "memprove_mcp.pyz") \
+        in handler["command"], handler
     log = tmp_path / "hook.log"
     env = {"MEMPROVE_MCP_LOG": str(log)}
     run = host_runner(claude.home, claude.project_dir)

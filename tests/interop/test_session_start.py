@@ -576,6 +576,14 @@ def codex_trusts_the_hooks(agent, endpoint):
     return re.sub(r"\s+", " ", SCREEN_CODES.sub(" ", shown.decode("utf-8", "replace")))[-3000:]
 
 
+def doctor_hook(pyz, agent):
+    """`mcp doctor --client codex --json`'s `hook` check, run by the user in the project."""
+    done = agent.run(sys.executable, str(pyz), "mcp", "doctor", "--client", agent.name,
+                     "--config-dir", str(agent.config_dir), "--json")
+    checks = dict((check["name"], check) for check in json.loads(done[1])["checks"])
+    return checks["hook"]
+
+
 def codex_session(agent, endpoint_in, marker, trusted=True):
     """`codex exec` against a scripted endpoint whose model answers at once; Codex says on
     standard error that the trusted hook ran and completed (exit 0), or nothing of an
@@ -649,6 +657,7 @@ def test_codex_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, nex
         in recorded, recorded
     report("codex", "trust recorded by `codex` (Trust all and continue)",
            recorded[recorded.index("[hooks.state."):])
+    report("codex", "doctor's hook check, trusted", doctor_hook(pyz, agent))
     run = agent_runner_in(agent)
     serve = [sys.executable, str(pyz), "mcp", "serve", "--config-dir", str(agent.config_dir)]
     client = EXPECTED_AGENT["codex"]
@@ -693,6 +702,7 @@ def test_codex_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, nex
     assert (again["command"], again["currentHash"].split("/")[0]) == (hook["command"],
                                                                        handler_hash), again
     report("codex", "trust after the printed update", again["trustStatus"])
+    report("codex", "doctor's hook check after the update", doctor_hook(next_pyz, agent))
     assert again["trustStatus"] == "modified", again
 
 

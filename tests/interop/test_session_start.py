@@ -556,7 +556,11 @@ def codex_trusts_the_hooks(agent, endpoint):
             text = SCREEN_CODES.sub(" ", shown.decode("utf-8", "replace"))
             if not chose and "Trust all and continue" in text:
                 chose = True
-                time.sleep(1.0)                           # as a person reads, then types
+                # Codex discards what is typed before its prompt reads keys (a key sent on
+                # the prompt's first frame was dropped, or ended Codex with "timed out
+                # discarding buffered terminal input"), and shows no sign of being ready:
+                # the test types as a person does, after reading.
+                time.sleep(1.0)
                 os.write(terminal, b"\x1b[B")            # down to the second choice
                 time.sleep(0.3)
                 os.write(terminal, b"\r")

@@ -248,8 +248,8 @@ class Problem(Exception):
 
 USAGE = """\
 usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
-       memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python] [--client NAME]
-                                         [--workspace DIR]
+       memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python] [--hook]
+                                         [--client NAME] [--workspace DIR]
        memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR] [--client NAME]
                                    [--json]
        memprove_mcp.pyz mcp plugin DIR [--config-dir DIR] [--workspace DIR]
@@ -5378,6 +5378,7 @@ def opening_statement(capsule, now, agent_name, agent_role, sentence=open_item_s
 
 NEWEST_TESTED = (3, 15)              # the newest Python this release was tested on
 MAX_CLIENT_FILE = 64 * 1024 * 1024   # ~/.claude.json keeps history and grows large
+MAX_TOML = 256 * 1024                # characters of a TOML file worth parsing whole
 MAX_CLIENT_LINE = 4096               # longer TOML and YAML lines are skipped (§6 rule 16)
 
 # A value that only names a variable, which the client expands when it starts
@@ -5437,6 +5438,11 @@ def server_environment(found):
                          if isinstance(value, str))
         names = [value for key, value in entry["keyed"] if key == "env_vars" and
                  isinstance(value, str)]
+    elif CLIENTS[name]["adds"]:          # the entry the fix's own command will write
+        words = CLIENTS[name]["adds"]("python", "program", "config", shell)
+        entry_env = dict(word.split("=", 1) for before, word in zip(words, words[1:])
+                         if before in ("-e", "--env") and "=" in word)
+        names = ()
     else:                                # print-config's entry, which the fix will print
         entry_env = dict(CLIENTS[name]["env"](shell, workspace) if CLIENTS[name]["env"] else [])
         names = SHELL_VARIABLES
@@ -5588,7 +5594,8 @@ def add_entry_line(found, name):
     line and the file its entry goes in."""
     adds = CLIENTS[name]["adds"]
     if adds is None:
-        base, parts, _ = client_places(name, found["platform"])[0]
+        base, parts, _ = next(place for place in client_places(name, found["platform"])
+                              if place[1][-1] != "mcpServers")     # Continue's folder of blocks
         path = place_path(base, parts, found["environ"], found.get("root"), found["platform"])
         return "%s, and put what it prints in %s" % (print_config_line(found),
                                                      shown_path(path or "the client's file"))
@@ -5692,8 +5699,15 @@ def check_data_dir(found):
     try:
         data_dir, source = data_directory(environ, config_dir)
     except Problem:
+        named = os.path.join(config_dir, "data-dir")
+        if found["environ"].get("MEMPROVE_DATA_DIR"):
+            # Set in this shell, but the client does not pass it on: the file works for all.
+            return ("fail", "data_dir_missing", "MEMPROVE_DATA_DIR is set in this shell, but %s "
+                    "does not pass it to its servers, and %s names none" % (
+                        found["client"], shown_path(named)),
+                    fix(found, "write", value=found["environ"]["MEMPROVE_DATA_DIR"], path=named))
         return ("fail", "data_dir_missing", "not set: MEMPROVE_DATA_DIR is empty and %s names none"
-                % shown_path(os.path.join(config_dir, "data-dir")), set_it)
+                % shown_path(named), set_it)
     found["data_dir"] = data_dir
     detail = "%s (from %s)" % (shown_path(data_dir), source)
     if not os.path.isdir(data_dir):
@@ -6343,7 +6357,9 @@ def read_client_entry(path, keys):
     if path.endswith(".json"):
         return json_client_entry(data, keys)
     if path.endswith(".toml"):
-        return parsed_toml_entry(data, keys) if toml_parser() else \
+        # tomllib is pure Python: past MAX_TOML it would cost more than doctor's promise (§6
+        # rule 28), and the line scanner, which skips long lines, reads it instead.
+        return parsed_toml_entry(data, keys) if toml_parser() and len(data) <= MAX_TOML else \
             honest(toml_client_entry(data), data, TOML_UNREAD)
     return honest(yaml_client_entry(data), data, YAML_UNREAD)
 

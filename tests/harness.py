@@ -517,6 +517,8 @@ WINDOWS_POSIX_ONLY = {
         "doctor and print-config run under the tests' POSIX Python beside the server's context",
     "test_hook.py::test_doctors_hook_check_finds_the_kit_each_client_installed":
         "doctor and the kit run under the tests' POSIX Python beside the server's context",
+    "test_cli.py::test_serve_says_what_it_is_to_a_terminal_and_nothing_to_a_pipe":
+        "a pseudo-terminal on standard input (Windows has consoles, not ptys)",
 }
 
 

@@ -87,6 +87,63 @@ def test_help(pyz, newest_python, make_env, workspace):
         assert word in usage, word
 
 
+# Issue 31 item 8: `--help` anywhere in an `mcp` command is the usage, never a usage error.
+HELP_ANYWHERE = {
+    "mcp": ["mcp", "--help"],
+    "serve": ["mcp", "serve", "--help"],
+    "print-config": ["mcp", "print-config", "--help"],
+    "doctor": ["mcp", "doctor", "--help"],
+    "doctor-client": ["mcp", "doctor", "--client", "codex", "-h"],
+    "plugin": ["mcp", "plugin", "{kit}", "--help"],
+    "hook": ["mcp", "hook", "session-start", "--help"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HELP_ANYWHERE))
+def test_help_after_every_command_prints_the_usage(pyz, newest_python, make_env, workspace,
+                                                   home, tmp_path, name):
+    usage = run_cli(newest_python, pyz, ["--help"], make_env(), workspace)
+    assert usage.returncode == 0 and usage.stdout, usage
+    kit = tmp_path / "kit"
+    before = snapshot(workspace, home)
+    done = run_cli(newest_python, pyz, [word.format(kit=kit) for word in HELP_ANYWHERE[name]],
+                   make_env(), workspace)
+    assert (done.returncode, done.stderr) == (0, b""), (done.returncode, done.stderr)
+    assert done.stdout == usage.stdout
+    # Help does nothing else: no kit written, no file touched.
+    assert not kit.exists()
+    assert snapshot(workspace, home) == before
+
+
+def test_serve_says_what_it_is_to_a_terminal_and_nothing_to_a_pipe(pyz, server_python,
+                                                                  make_env, workspace):
+    import pty
+    master, slave = pty.openpty()
+    try:
+        server = subprocess.Popen([server_python, str(pyz), "mcp", "serve"], stdin=slave,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=make_env(), cwd=str(workspace))
+    finally:
+        os.close(slave)
+    try:
+        os.write(master, b"\x04")         # Ctrl-D at the start of a line: the end of input
+        out, err = server.communicate(timeout=SAFETY_TIMEOUT)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        os.close(master)
+    assert (server.returncode, out) == (0, b""), (server.returncode, out, err)
+    text = err.decode("utf-8")
+    assert text.endswith("\n") and text.count("\n") == 1, text
+    line = text.rstrip("\r\n")
+    assert line.startswith("memprove-mcp: ") and "MCP server" in line, line
+    assert "print-config" in line or "plugin" in line, line
+    # A pipe, as every client gives it: not a byte on either stream.
+    done = run_cli(server_python, pyz, ["mcp", "serve"], make_env(), workspace, stdin=b"")
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
 def test_pyz_runs_by_its_shebang(pyz, newest_python, make_env, workspace):
     assert pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
     assert os.access(str(pyz), os.X_OK)

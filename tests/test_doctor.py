@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness import (INSTALLED, REPO, SAFETY_TIMEOUT, gemini_rules, installed_kit_paths,
-                     make_workspace, pasted_in_sh, run_cli, snapshot)
+                     make_workspace, pasted_in_sh, require_python, run_cli, snapshot)
 from hardening_support import OTHER_UID, RawDaemon, daemon_post, needs_root
 
 sys.path.insert(0, str(REPO))
@@ -811,6 +811,89 @@ def test_gemini_reference_to_token_file(doctor, daemon, config, doctor_pyz, work
     assert doctor("--client", "gemini").status("client") == "fail"
 
 
+# The environment each client starts the server with (issue 31 item 2): doctor --client
+# judges the token, data directory and Workspace there, not in this shell's.
+
+def token_only_in_the_shell(config, tmp_path):
+    """The configuration directory without its token file; the token in a file elsewhere."""
+    elsewhere = tmp_path / "shell-token"
+    elsewhere.write_text(config.token + "\n")
+    elsewhere.chmod(0o600)
+    config.token_file.unlink()
+    return elsewhere
+
+
+@pytest.mark.parametrize("variable", ["MEMPROVE_TOKEN_FILE", "MEMPROVE_TOKEN"])
+def test_a_token_gemini_drops_fails_and_names_the_config_dirs_token_file(
+        doctor, daemon, config, doctor_pyz, workspace, tmp_path, variable):
+    elsewhere = token_only_in_the_shell(config, tmp_path)
+    shell = {variable: elsewhere if variable == "MEMPROVE_TOKEN_FILE" else config.token}
+    # An entry as a user writes it by hand (or an older kit did): no reference to the token.
+    entry = {"command": str(doctor_pyz), "args": ["mcp", "serve", "--config-dir", str(config.dir)],
+             "env": {"MEMPROVE_CONFIG_DIR": str(config.dir)}}
+    write_entry(workspace / ".gemini" / "settings.json", entry)
+    outcome = doctor("--client", "gemini", env=shell, json_mode=True)
+    check = outcome["token"]
+    assert (check["status"], check["code"]) == ("fail", "token_missing"), check
+    assert "%s is set in this shell, but gemini does not pass it" % variable in check["detail"]
+    assert check["fix"] == "write the token into %s, then: chmod 600 %s" % (
+        config.token_file, config.token_file), check
+    assert outcome.status("daemon") == "skip"
+    # Claude Code passes its whole environment: the same shell is fine there.
+    claude = doctor("--client", "claude-code", env=shell)
+    assert claude.status("token") == "ok", claude.out
+    assert claude.status("daemon") == "ok", claude.out
+
+
+def test_gemini_entrys_reference_passes_the_token_file(doctor, daemon, config, doctor_pyz,
+                                                        workspace, tmp_path):
+    elsewhere = token_only_in_the_shell(config, tmp_path)
+    entry = {"command": str(doctor_pyz), "args": ["mcp", "serve", "--config-dir", str(config.dir)],
+             "env": {"MEMPROVE_CONFIG_DIR": str(config.dir),
+                     "MEMPROVE_TOKEN_FILE": "$MEMPROVE_TOKEN_FILE"}}
+    write_entry(workspace / ".gemini" / "settings.json", entry)
+    outcome = doctor("--client", "gemini", env={"MEMPROVE_TOKEN_FILE": elsewhere})
+    assert outcome["token"]["detail"] == "from MEMPROVE_TOKEN_FILE (%s), well formed" % elsewhere
+    assert [outcome.status(name) for name in ("token", "daemon", "client")] == ["ok"] * 3, \
+        outcome.out
+
+
+def test_a_data_dir_codexs_entry_does_not_pass_fails(doctor, daemon, config, doctor_pyz, home):
+    (config.dir / "data-dir").unlink()
+    codex = home / ".codex" / "config.toml"
+    codex.parent.mkdir()
+    codex.write_text(codex_block(doctor_pyz, config.dir).replace(', "MEMPROVE_DATA_DIR"', ""))
+    shell = {"MEMPROVE_DATA_DIR": config.data_dir}
+    outcome = doctor("--client", "codex", env=shell, json_mode=True)
+    assert (outcome.status("data_dir"), outcome["data_dir"]["code"]) == \
+        ("fail", "data_dir_missing"), outcome["data_dir"]
+    assert outcome.status("daemon") == "skip"
+    # Named in env_vars, Codex passes it on.
+    codex.write_text(codex_block(doctor_pyz, config.dir))
+    outcome = doctor("--client", "codex", env=shell)
+    assert outcome["data_dir"]["detail"] == "%s (from MEMPROVE_DATA_DIR)" % config.data_dir
+    assert outcome.status("daemon") == "ok", outcome.out
+
+
+def test_a_workspace_codexs_entry_does_not_pass_is_not_judged(doctor, daemon, config, doctor_pyz,
+                                                              home, workspace, tmp_path):
+    """MEMPROVE_WORKSPACE set in this shell, left out of the entry's env_vars: Codex's server
+    finds its Workspace by its working directory, and doctor judges that one."""
+    elsewhere = make_workspace(tmp_path / "elsewhere")
+    codex = home / ".codex" / "config.toml"
+    codex.parent.mkdir()
+    codex.write_text(codex_block(doctor_pyz, config.dir))
+    shell = {"MEMPROVE_WORKSPACE": workspace}
+    assert "MEMPROVE_WORKSPACE" not in codex.read_text()
+    outcome = doctor("--client", "codex", env=shell, cwd=elsewhere)
+    assert outcome["workspace"]["detail"].startswith(
+        "%s (found by working directory)" % elsewhere.resolve()), outcome["workspace"]
+    # Claude Code passes the shell's: the same shell finds the other Workspace.
+    outcome = doctor("--client", "claude-code", env=shell, cwd=elsewhere)
+    assert outcome["workspace"]["detail"].startswith(
+        "%s (found by MEMPROVE_WORKSPACE)" % workspace.resolve()), outcome["workspace"]
+
+
 def test_opencode_command_list(doctor, daemon, config, doctor_pyz, workspace):
     entry = {"type": "local", "command": [str(doctor_pyz), "mcp", "serve", "--config-dir", str(config.dir)],
              "environment": {"MEMPROVE_CONFIG_DIR": str(config.dir)}, "enabled": True}
@@ -843,6 +926,73 @@ def test_continue_yaml_block_file(doctor, daemon, config, doctor_pyz, workspace)
         '    type: stdio\n    command: "%s"\n    args: ["mcp", "serve", "--config-dir", "%s"]\n'
         '    env:\n      MEMPROVE_CONFIG_DIR: "%s"\n' % (doctor_pyz, config.dir, config.dir))
     assert doctor("--client", "continue").status("client") == "ok"
+
+
+# Valid TOML and YAML that a user writes by hand (issue 31 item 4): read with tomllib where
+# the Python has it; where it has none, a layout the line scanner cannot read is said to be
+# so, never given a verdict (another copy, no entry, a failure) it has not read.
+HAND_WRITTEN_TOML = {
+    "multi-line args": ('[mcp_servers.memprove]\ncommand = "{pyz}"\nargs = [\n  "mcp",\n'
+                        '  "serve",\n  "--config-dir",\n  "{cfg}",\n]\n'
+                        '[mcp_servers.memprove.env]\nMEMPROVE_CONFIG_DIR = "{cfg}"\n'),
+    "inline table": ('[mcp_servers]\nmemprove = {{ command = "{pyz}", args = ["mcp", "serve", '
+                     '"--config-dir", "{cfg}"], env = {{ MEMPROVE_CONFIG_DIR = "{cfg}" }} }}\n'),
+    "dotted keys": ('mcp_servers.memprove.command = "{pyz}"\nmcp_servers.memprove.args = '
+                    '["mcp", "serve", "--config-dir", "{cfg}"]\n'
+                    'mcp_servers.memprove.env.MEMPROVE_CONFIG_DIR = "{cfg}"\n'),
+    "literal command": ("[mcp_servers.memprove]\ncommand = '''{pyz}'''\nargs = ['mcp', 'serve', "
+                        "'--config-dir', '{cfg}']\n[mcp_servers.memprove.env]\n"
+                        "MEMPROVE_CONFIG_DIR = '{cfg}'\n"),
+}
+
+
+def said_unreadable(check):
+    """The client check of an entry doctor cannot read: a warn that says so, no verdict."""
+    assert check["status"] == "warn", check
+    assert "cannot be read" in check["detail"], check
+    for verdict in ("another copy", "no memprove entry", "runs this server"):
+        assert verdict not in check["detail"], check
+
+
+@pytest.mark.parametrize("layout", sorted(HAND_WRITTEN_TOML))
+def test_hand_written_codex_toml(doctor, daemon, config, doctor_pyz, home, layout):
+    codex = home / ".codex" / "config.toml"
+    codex.parent.mkdir()
+    codex.write_text('model = "o4"\n\n' + HAND_WRITTEN_TOML[layout].format(
+        pyz=doctor_pyz, cfg=config.dir) + '\n[other]\nx = 1\n')
+    if sys.version_info >= (3, 11):          # tomllib reads it as Codex does
+        check = doctor("--client", "codex")["client"]
+        assert check["status"] == "ok", check
+        assert check["detail"] == "the memprove entry in %s runs this server" % codex, check
+    # A Python without tomllib cannot read it, and says so.
+    without = require_python("3.8")
+    outcome = doctor("--client", "codex", python=without)
+    said_unreadable(outcome["client"])
+    assert str(codex) in outcome["client"]["detail"]
+
+
+HAND_WRITTEN_YAML = {
+    "goose": (("home", ".config/goose/config.yaml"),
+              'extensions:\n  developer:\n    enabled: true\n  memprove: {{name: memprove, '
+              'type: stdio, cmd: "{pyz}", args: [mcp, serve, --config-dir, "{cfg}"], envs: '
+              '{{MEMPROVE_CONFIG_DIR: "{cfg}"}}, enabled: true, timeout: 300}}\nGOOSE_MODEL: x\n'),
+    "continue": (("root", ".continue/mcpServers/memprove.yaml"),
+                 'name: memprove\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - {{name: memprove, '
+                 'type: stdio, command: "{pyz}", args: [mcp, serve, --config-dir, "{cfg}"], '
+                 'env: {{MEMPROVE_CONFIG_DIR: "{cfg}"}}}}\n'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND_WRITTEN_YAML))
+def test_a_yaml_entry_in_flow_style_is_said_unreadable(doctor, daemon, config, doctor_pyz,
+                                                       workspace, home, name):
+    (base, relative), text = HAND_WRITTEN_YAML[name]
+    path = (workspace if base == "root" else home) / relative
+    path.parent.mkdir(parents=True)
+    path.write_text(text.format(pyz=doctor_pyz, cfg=config.dir))
+    outcome = doctor("--client", name)
+    said_unreadable(outcome["client"])
+    assert str(path) in outcome["client"]["detail"]
 
 
 # Every client: print-config's entry, put where clients.md says, is what doctor finds.

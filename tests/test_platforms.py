@@ -280,7 +280,8 @@ def test_a_token_file_has_no_mode_to_fix_on_windows(tmp_path):
     os.chmod(str(token), 0o644)
 
     def check(platform):
-        found = dict(found_for(platform), environ={"MEMPROVE_TOKEN_FILE": str(token)},
+        environ = {"MEMPROVE_TOKEN_FILE": str(token)}
+        found = dict(found_for(platform), environ=environ, server_environ=environ,
                      config_dir=str(tmp_path))
         return mp.check_token(found)
     assert check("win32")[:2] == ("ok", None)

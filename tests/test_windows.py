@@ -260,7 +260,8 @@ POSIX_ONLY = [
     (re.compile(r"'\"'\"'"), "'\"'\"' quoting"),
     (re.compile(r"\bpython3\s"), "python3"),
     (re.compile(r"(^|[\s'\"(=,:])~[/\\]"), "~/"),
-    (re.compile(r"(?<![\w:$])[A-Z][A-Z0-9_]*=\S"), "NAME=value"),
+    # (A quoted 'NAME=value' is a word PowerShell passes as it is: `claude mcp add -e`'s.)
+    (re.compile(r"(?<![\w:$'])[A-Z][A-Z0-9_]*=\S"), "NAME=value"),
     # A POSIX absolute path standing as a word: /tmp/x, /path/to/your/project.
     (re.compile(r"(^|[\s'\"(=,])/[\w.-]+/"), "a POSIX path"),
 ]
@@ -331,8 +332,11 @@ def test_doctor_with_nothing_set_up_says_it_in_powershell(win, plain_pyz, make_e
     assert (checks["data_dir"]["status"], checks["data_dir"]["code"]) == \
         ("fail", "data_dir_missing")
     assert checks["client"]["status"] == "warn"
-    assert checks["client"]["fix"].startswith(print_config_line(win, plain_pyz)), \
-        checks["client"]["fix"]
+    # The fix is Claude Code's own command, its words quoted as PowerShell quotes them.
+    assert checks["client"]["fix"] == (
+        "claude mcp add memprove -e {env} '--' {python} {pyz} mcp serve --config-dir {cfg}".format(
+            env=psq("MEMPROVE_CONFIG_DIR=" + config_dir), python=psq(win.executable),
+            pyz=psq(win.path(plain_pyz)), cfg=psq(config_dir))), checks["client"]["fix"]
     assert_powershell(checks)
     # The text form says the same, line by line.
     assert_powershell(run_doctor(win, plain_pyz, env, project, json_mode=False))
@@ -449,7 +453,9 @@ def test_doctor_the_printed_entry_runs_this_server(win, plain_pyz, make_env, win
     (workspace / ".mcp.json").write_bytes(done.stdout)
     checks = run_doctor(win, plain_pyz, env, workspace)
     assert checks["client"]["status"] == "ok", checks["client"]
-    assert all(check["status"] == "ok" for check in checks.values()), checks
+    # Every check but the session-start hook's, which no entry of print-config's installs.
+    assert all(check["status"] == "ok" for name, check in checks.items() if name != "hook"), checks
+    assert checks["hook"]["status"] == "warn", checks["hook"]
     assert_powershell(checks)
 
 

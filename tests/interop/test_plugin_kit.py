@@ -157,14 +157,20 @@ def doctor_client(pyz, client, home, project, config_dir, extra=None):
 
 
 def found_the_kit(check, version):
+    """doctor's client check on a kit: ok, naming the version of the archive that runs."""
     assert check["status"] == "ok" and "(from a plugin kit)" in check["detail"] and \
-        "runs this server" in check["detail"] and version in check["detail"], check
+        "runs this server, version %s" % archive_part(version) in check["detail"], check
 
 
 def kit_version(kit):
     """The version the kit gives its plugin (the marketplace's entry; every manifest agrees)."""
     marketplace = json.loads((kit / ".claude-plugin" / "marketplace.json").read_text("utf-8"))
     return marketplace["plugins"][0]["version"]
+
+
+def archive_part(version):
+    """A kit's version less the digest of its other files: the archive's own version."""
+    return version.rsplit(".", 1)[0]
 
 
 def file_sha(path):
@@ -563,13 +569,14 @@ def test_gemini_installs_the_kit(make_agent, endpoint_in, ns_daemon, pyz, next_p
     kit = tmp_path / "kit"
     blocks = printed_blocks(kit_python.write_kit(pyz, kit, agent.config_dir, agent.home))
     install, update = commands_for(blocks, "gemini")
-    code, out, err = agent.run("gemini", "extensions", "validate", str(kit / KIT))
+    # Gemini's extension is the kit's folder itself (plugin.md).
+    code, out, err = agent.run("gemini", "extensions", "validate", str(kit))
     assert code == 0 and "successfully validated" in out + err, describe(code, out, err)
     run_printed(agent_runner(agent), install, ANSWERS["gemini"])
     # `extensions install` copies the extension into ~/.gemini/extensions; `link` would
     # read it in place.
     linked = install[0][1:3] == ["extensions", "link"]
-    gemini_pyz = (kit / KIT if linked else agent.home / ".gemini" / "extensions" / KIT) / ARCHIVE
+    gemini_pyz = (kit if linked else agent.home / ".gemini" / "extensions" / KIT) / KIT / ARCHIVE
     listed, out = gemini_listed(agent)
     assert [row for row in listed if KIT in row[1]] == [
         ("\u2713", KIT, KIT, " ".join([str(kit_python.path), str(gemini_pyz), "mcp", "serve",
@@ -658,3 +665,64 @@ def test_mcpb_accepts_the_bundle(agent_client, loopback_only, pyz, kit_python, t
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     code, out = run("validate", str(tmp_path / "broken.json"))
     assert code != 0 and "author" in out, out
+
+
+# ---------------------------------------------------------------------------
+# The way out (issue 31 item 7): the printed commands that remove the kit
+# ---------------------------------------------------------------------------
+
+REMOVE_HEADING = "To remove it (then delete the folder):"
+DOCTOR_NAMES = {"claude": "claude-code", "codex": "codex", "gemini": "gemini"}
+
+
+def remove_commands(stdout, program):
+    """The printed commands under REMOVE_HEADING that are `program`'s, as argv lists."""
+    lines = stdout.splitlines()
+    assert lines.count(REMOVE_HEADING) == 1, stdout
+    block = []
+    for line in lines[lines.index(REMOVE_HEADING) + 1:]:
+        if not line.startswith("  "):
+            break
+        block.append(shlex.split(line[2:]))
+    mine = [argv for argv in block if argv[0] == program]
+    assert mine, stdout
+    return mine
+
+
+def kit_client(request, program, tmp_path):
+    """(run(argv, answer), HOME, project, configuration directory, doctor's extra environment)
+    of the real client `program`, with a fresh HOME."""
+    if program == "claude":
+        claude = request.getfixturevalue("claude")
+
+        def run(argv, answer):
+            return claude.run(*argv[1:], timeout=300)
+        return run, claude.home, claude.project_dir, claude.config_dir, None
+    make_agent = request.getfixturevalue("make_agent")
+    if program == "gemini":
+        # Nothing here asks the model: the endpoint's address is never used.
+        agent = gemini_agent(make_agent, type("Nowhere", (), {"url": "http://127.0.0.1:9"}),
+                             lambda agent: [agent.project])
+    else:
+        agent = make_agent(program)
+    extra = {"CODEX_HOME": agent.env["CODEX_HOME"]} if "CODEX_HOME" in agent.env else None
+    return agent_runner(agent), agent.home, agent.project, agent.config_dir, extra
+
+
+@pytest.mark.parametrize("program", ["claude", "codex", "gemini"])
+def test_the_printed_remove_commands_take_the_kit_out(request, pyz, kit_python, tmp_path,
+                                                      private_place, program):
+    run, home, project, config_dir, extra = kit_client(request, program, tmp_path)
+    name = DOCTOR_NAMES[program]
+    kit = private_place / "kit"                 # a folder only its user can change (rule 25)
+    stdout = kit_python.write_kit(pyz, kit, config_dir, home)
+    install, _ = commands_for(printed_blocks(stdout), program)
+    remove = remove_commands(stdout, program)
+    run_printed(run, install, ANSWERS.get(program, b""))
+    check = doctor_client(pyz, name, home, project, config_dir, extra)
+    assert check["status"] == "ok" and "(from a plugin kit) runs this server" in \
+        check["detail"], check
+    run_printed(run, remove, ANSWERS.get(program, b""))
+    check = doctor_client(pyz, name, home, project, config_dir, extra)
+    assert check["status"] == "warn" and check["detail"].startswith(
+        "no memprove entry for %s in " % name), check

@@ -115,7 +115,7 @@ class KitPython:
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               timeout=SAFETY_TIMEOUT)
         assert done.returncode == 0, (done.returncode, done.stderr)
-        if os.path.isfile(os.path.join(str(config_dir), "token")):
+        if (Path(str(config_dir)) / "token").is_file():
             assert done.stderr == b"", done.stderr
         else:                            # one line says where the token belongs
             assert done.stderr.count(b"\n") == 1 and b"token does not exist" in done.stderr, \

@@ -6065,7 +6065,8 @@ def stale_kit(found, name, place, entry, program):
     # The versions of the archives themselves: Codex's entry runs the kit's .pyz, which a
     # kit written again replaces, while its copy's manifest keeps the version it was made of.
     return ("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
-            "one, version %s" % (place, archive_version(installed), archive_version(running)),
+            "one, version %s" % (place, archive_version(installed, archive_module_version(
+                installed)), archive_version(running)),
             kit_update_line(found, name, entry["kit"]["folder"]))
 
 
@@ -6306,11 +6307,29 @@ def small_json(path):
         return None
 
 
-def archive_version(data):
-    """The version `mcp plugin` gives a kit of the archive `data`: its bytes
-    decide it, so that a client sees an update as one."""
+def archive_version(data, module_version=VERSION):
+    """The version of the archive `data` (of this module's VERSION unless
+    another is given): its bytes decide it, so that a client sees an update
+    as one."""
     import hashlib
-    return "%s+%s" % (VERSION, hashlib.sha256(data).hexdigest()[:12])
+    return "%s+%s" % (module_version, hashlib.sha256(data).hexdigest()[:12])
+
+
+ARCHIVE_VERSION = Pattern(r'(?m)^VERSION = "([0-9A-Za-z.+-]{1,32})"$')
+
+
+def archive_module_version(data):
+    """The VERSION another archive's module holds, read from its source (at most
+    64 KiB of it), or "unknown"."""
+    import io
+    import zipfile
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            with archive.open("memprove_mcp.py") as source:
+                found = ARCHIVE_VERSION.search(source.read(65536).decode("utf-8", "replace"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, RuntimeError, EOFError):
+        return "unknown"
+    return found.group(1) if found else "unknown"
 
 
 def kit_update_line(found, name, folder):

@@ -416,7 +416,7 @@ def test_claude_code_installs_the_kit(claude, pyz, next_pyz, kit_python, daemon,
     served_by(kit_python.wire, kit_pyz, NEXT_VERSION, next_pyz, [config.token])
     # Doctor from the older .pyz sees the kit's newer one, and says how to update.
     stale = doctor_client(pyz, "claude-code", claude.home, claude.project_dir, claude.config_dir)
-    assert stale["status"] == "warn" and kit_version(kit) in stale["detail"], stale
+    assert stale["status"] == "warn" and archive_part(kit_version(kit)) in stale["detail"], stale
     assert stale["fix"].endswith("claude plugin update memprove@memprove"), stale
     token_nowhere(config.token, claude.home, claude.config_dir / "token")
 

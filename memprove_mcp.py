@@ -9,11 +9,13 @@ every call reads the configuration, the token and the context files again, so
 a `memprove run` in a shell and a tool call see each other at once.
 
     python3 memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
-    python3 memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python]
+    python3 memprove_mcp.pyz mcp print-config [--config-dir DIR] [--python] [--hook]
                                               [--client NAME] [--workspace DIR]
     python3 memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR]
                                         [--client NAME] [--json]
     python3 memprove_mcp.pyz mcp plugin DIR [--config-dir DIR] [--workspace DIR]
+    python3 memprove_mcp.pyz mcp hook session-start [--config-dir DIR] [--workspace DIR]
+                                                    [--client NAME]
     python3 memprove_mcp.pyz --version | --help
 
 Two protocol eras are served side by side, decided for each message on its
@@ -27,7 +29,9 @@ The module reads top to bottom in the order data flows through it:
 
     1. Constants and Problems       limits, versions, the platform table, the one error type
     2. Command line                 main(), serve, print-config and its client
-                                    formats, the plugin kit of `mcp plugin`
+                                    records (formats, files, environment, add
+                                    command, hook), the plugin kit of `mcp
+                                    plugin`, the session-start hook
     3. Transport                    bounded line reader, writer, workers, log, roots
     4. Protocol eras                classify a message, answer it per era
     5. Tool dispatch                the tool table, argument validation

@@ -519,6 +519,10 @@ WINDOWS_POSIX_ONLY = {
         "doctor and the kit run under the tests' POSIX Python beside the server's context",
     "test_cli.py::test_serve_says_what_it_is_to_a_terminal_and_nothing_to_a_pipe":
         "a pseudo-terminal on standard input (Windows has consoles, not ptys)",
+    "test_ledgerd.py::test_run_records_what_complete_accepts":
+        "ledgerd.py run, a POSIX process, beside the Windows server's context (its Z:\\ root)",
+    "test_ledgerd.py::test_run_of_a_missing_command_records_a_failed_run":
+        "ledgerd.py run, a POSIX process, beside the Windows server's context (its Z:\\ root)",
 }
 
 

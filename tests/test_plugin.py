@@ -592,12 +592,17 @@ def test_rule25_a_folder_of_another_user_is_refused(pyz, newest_python, make_env
     folder = private_place / "kit"
     folder.mkdir()
     os.chown(str(folder), OTHER_UID, OTHER_UID)
-    before = snapshot(private_place)
-    done = write_kit(newest_python, pyz, folder, make_env(), private_place,
-                     "--config-dir", kit_config)
-    line = refused_in_one_line(done)
+    refused_naming_it(newest_python, pyz, folder, make_env(), private_place, kit_config)
+
+
+def refused_naming_it(python, pyz, folder, env, place, kit_config):
+    """`mcp plugin folder` refused in one line naming the folder, nothing under `place`
+    changed."""
+    before = snapshot(place)
+    line = refused_in_one_line(write_kit(python, pyz, folder, env, place, "--config-dir",
+                                         kit_config))
     assert str(folder) in line, line
-    assert snapshot(private_place) == before
+    assert snapshot(place) == before
 
 
 def hand_made_marketplace(folder):
@@ -643,12 +648,7 @@ def test_rule26_a_folder_holding_more_than_a_kit_is_refused_and_nothing_moved(
     folder = private_place / "kit"
     hand_made_marketplace(folder)
     MORE_THAN_A_KIT[extra](folder)
-    before = snapshot(private_place)
-    done = write_kit(newest_python, pyz, folder, make_env(), private_place,
-                     "--config-dir", kit_config)
-    line = refused_in_one_line(done)
-    assert str(folder) in line, line
-    assert snapshot(private_place) == before
+    refused_naming_it(newest_python, pyz, folder, make_env(), private_place, kit_config)
 
 
 def test_rule26_a_failed_run_leaves_nothing_beside_the_folder(local_users, private_place,

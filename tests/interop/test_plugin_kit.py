@@ -427,6 +427,18 @@ def powershell_words(line):
     return [quoted.replace("''", "'") if quoted or not bare else bare for quoted, bare in words]
 
 
+def windows_kit(claude, windows_pyz, kit):
+    """`mcp plugin kit` run by Windows Python under Wine 10, as claude.exe's user would: the
+    printed blocks of PowerShell commands (Claude Desktop's among them)."""
+    wine = claude.wine
+    done = subprocess.run([str(wine.python), str(windows_pyz), "mcp", "plugin",
+                           wine.windows(kit)], cwd=str(claude.project_dir), env=claude.env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    return printed_blocks(done.stdout.decode("utf-8"), desktop=True)
+
+
 def test_windows_claude_code_installs_the_kit(claude_windows, windows_pyz, daemon, config,
                                               tmp_path):
     """claude.exe under Wine 10 with a kit written by Windows Python (tests/wine10.sh):
@@ -435,12 +447,7 @@ def test_windows_claude_code_installs_the_kit(claude_windows, windows_pyz, daemo
     claude = claude_windows
     wine = claude.wine
     kit = tmp_path / "kit"
-    done = subprocess.run([str(wine.python), str(windows_pyz), "mcp", "plugin",
-                           wine.windows(kit)], cwd=str(claude.project_dir), env=claude.env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
-    assert done.returncode == 0, done.stderr
-    blocks = printed_blocks(done.stdout.decode("utf-8"), desktop=True)
+    blocks = windows_kit(claude, windows_pyz, kit)
     assert [powershell_words(line) for line in blocks["Claude Desktop:"]] == [
         ["Invoke-Item", "-LiteralPath", wine.windows(kit / (KIT + ".mcpb"))]], blocks
     install = [powershell_words(line) for line in blocks["Claude Code:"]]

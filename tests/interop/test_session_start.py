@@ -63,7 +63,7 @@ from interop.agents import EXPECTED_AGENT, GEMINI_MODEL, describe, gemini_agent
 from interop.model_endpoint import Endpoint, Script, Turn
 from interop.test_plugin_kit import (  # noqa: F401  (kit_python, next_pyz: fixtures)
     ANSWERS, KIT, agent_runner, commands_for, kit_python, next_pyz, powershell_words,
-    printed_blocks, run_printed, token_nowhere)
+    printed_blocks, run_printed, token_nowhere, windows_kit)
 
 TITLE = "Start every session with the Pack \u2014 caf\u00e9 edition"
 CHECKPOINT = {
@@ -780,12 +780,7 @@ def test_windows_claude_code_starts_with_the_pack(claude_windows, windows_pyz, d
     claude = claude_windows
     wine = claude.wine
     kit = tmp_path / "my kit"
-    done = subprocess.run([str(wine.python), str(windows_pyz), "mcp", "plugin",
-                           wine.windows(kit)], cwd=str(claude.project_dir), env=claude.env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
-    assert done.returncode == 0, done.stderr
-    blocks = printed_blocks(done.stdout.decode("utf-8"), desktop=True)
+    blocks = windows_kit(claude, windows_pyz, kit)
     for argv in (powershell_words(line) for line in blocks["Claude Code:"]):
         assert argv[0] == "claude", blocks
         code, out, err = claude.run(*argv[1:], timeout=300)

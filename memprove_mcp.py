@@ -594,14 +594,12 @@ def passes_what_gemini_keeps(environ, entry_env, names=()):
 # folder).  Claude Code and Codex take the server's words after `--`;
 # Gemini CLI its command before `--` and the arguments after it.
 
-def claude_adds(python, program, config_dir, environ):
-    return ["claude", "mcp", "add", KIT_NAME, "-e", "MEMPROVE_CONFIG_DIR=" + config_dir, "--",
-            python, program, "mcp", "serve", "--config-dir", config_dir]
-
-
-def codex_adds(python, program, config_dir, environ):
-    return ["codex", "mcp", "add", KIT_NAME, "--env", "MEMPROVE_CONFIG_DIR=" + config_dir, "--",
-            python, program, "mcp", "serve", "--config-dir", config_dir]
+def adds_after_dashes(client, env_option):
+    """The add command of a client that takes the server's words after `--`."""
+    def adds(python, program, config_dir, environ):
+        return [client, "mcp", "add", KIT_NAME, env_option, "MEMPROVE_CONFIG_DIR=" + config_dir,
+                "--", python, program, "mcp", "serve", "--config-dir", config_dir]
+    return adds
 
 
 def gemini_adds(python, program, config_dir, environ):
@@ -661,13 +659,13 @@ CLIENTS = {
         project_file=(".mcp.json",),
         user_files=(("home", (".claude.json",), ("projects", "<root>")),
                     ("home", (".claude.json",), ())),
-        expands=("${",), agent="claude-code", adds=claude_adds,
+        expands=("${",), agent="claude-code", adds=adds_after_dashes("claude", "-e"),
         hook=("CLAUDECODE", (("root", (".claude", "settings.json")),
                              ("home", (".claude", "settings.json"))), "exec", None)),
     "codex": client(
         "toml", codex_entry, "{user}",
         user_files=(("codex", ("config.toml",), ()),), agent="codex-mcp-client",
-        passes=passes_what_codex_names, adds=codex_adds,
+        passes=passes_what_codex_names, adds=adds_after_dashes("codex", "--env"),
         hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),), "cmd",
               lambda found, handler: codex_hook_distrust(found, handler))),
     "gemini": client(
@@ -1490,8 +1488,6 @@ def session_start_hook(options):
     started = time.monotonic()
     sys.stderr = open(os.devnull, "w")   # whatever goes wrong, standard error stays empty
     outcome = {}
-    done = _thread.allocate_lock()
-    done.acquire()
 
     def work():
         try:
@@ -1499,11 +1495,8 @@ def session_start_hook(options):
         except Exception:
             record_internal_error(sys.exc_info())
             outcome["log"] = "internal_error"
-        finally:
-            done.release()
 
-    _thread.start_new_thread(work, ())
-    answered = done.acquire(True, max(0.0, started + HOOK_TIME - HOOK_MARGIN - time.monotonic()))
+    answered = finished_by(started + HOOK_TIME - HOOK_MARGIN, work)
     # Unanswered, the worker may still write to `outcome`: what is said is fixed here.
     said = dict(outcome) if answered else {
         "log": "no answer within %g s" % (HOOK_TIME - HOOK_MARGIN), "source": outcome.get("source")}
@@ -1537,8 +1530,7 @@ def hook_input(deadline):
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:
         return {}
-    chunks, done = [], _thread.allocate_lock()
-    done.acquire()
+    chunks = []
 
     def read():
         try:
@@ -1551,11 +1543,8 @@ def hook_input(deadline):
                 size += len(chunk)
         except (OSError, ValueError):
             pass
-        finally:
-            done.release()
 
-    _thread.start_new_thread(read, ())
-    if not done.acquire(True, max(0.0, deadline - time.monotonic())):
+    if not finished_by(deadline, read):
         return {}
     try:
         given = load_json(b"".join(chunks).decode("utf-8"))
@@ -1566,6 +1555,22 @@ def hook_input(deadline):
     cwd = given.get("cwd")
     return {"cwd": cwd if isinstance(cwd, str) and cwd and "\0" not in cwd else None,
             "source": given.get("source") if isinstance(given.get("source"), str) else None}
+
+
+def finished_by(deadline, action):
+    """Run `action()` in a thread of its own; whether it returned by `deadline`
+    (time.monotonic()).  A thread still running is left to the exit."""
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def run():
+        try:
+            action()
+        finally:
+            done.release()
+
+    _thread.start_new_thread(run, ())
+    return done.acquire(True, max(0.0, deadline - time.monotonic()))
 
 
 def hook_client(environ):
@@ -3637,8 +3642,6 @@ def read_daemon(data_dir, platform=PLATFORM):
         else:
             real, directory = data_dir, os.stat(data_dir)
             data, status = read_regular(os.path.join(data_dir, "daemon.json"), 65536)
-    except LinkDoubt as doubt:
-        raise Problem("daemon_unavailable", str(doubt))
     except (OSError, ValueError):
         raise Problem("daemon_unavailable")
     doubt, confirm = daemon_file_doubt(directory, status, platform)
@@ -3658,10 +3661,6 @@ def read_daemon(data_dir, platform=PLATFORM):
     return record["url"], status.st_uid, confirm
 
 
-class LinkDoubt(Exception):
-    """A link on the way to the data directory that someone else could change."""
-
-
 MAX_LINKS = 40                       # links followed on one path, as the kernel's ELOOP
 
 
@@ -3672,7 +3671,7 @@ def read_daemon_file(data_dir):
     §6 rule 19 through links: the path as configured is walked one folder at
     a time without following links, each link judged where it is met (a link
     another user owns, or one in a folder group or others can write, is a
-    place someone else chose: LinkDoubt), and daemon.json is opened relative
+    place someone else chose: daemon_unavailable, saying so), and daemon.json is opened relative
     to the folder reached, so nothing swapped after the judging changes which
     file is read.
     """
@@ -3697,10 +3696,11 @@ def read_daemon_file(data_dir):
                 if links > MAX_LINKS:
                     raise OSError("too many links")
                 if held.st_uid not in trusted:
-                    raise LinkDoubt(LINK_OWNER % (shown_path(os.path.join(real, name)),
-                                                  held.st_uid))
+                    raise Problem("daemon_unavailable", LINK_OWNER % (
+                        shown_path(os.path.join(real, name)), held.st_uid))
                 if os.fstat(descriptor).st_mode & 0o022:
-                    raise LinkDoubt(LINK_FOLDER % shown_path(os.path.join(real, name)))
+                    raise Problem("daemon_unavailable",
+                                  LINK_FOLDER % shown_path(os.path.join(real, name)))
                 target = os.readlink(name, dir_fd=descriptor)
                 if target.startswith(os.sep):
                     real = os.sep
@@ -3712,14 +3712,10 @@ def read_daemon_file(data_dir):
             os.close(descriptor)
             descriptor, real = inner, os.path.join(real, name)
         directory = os.fstat(descriptor)
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | NO_FOLLOW
-        handle = os.fdopen(os.open("daemon.json", flags, dir_fd=descriptor), "rb")
+        handle, status = open_regular("daemon.json", follow=False, dir_fd=descriptor)
     finally:
         os.close(descriptor)
     with handle:
-        status = os.fstat(handle.fileno())
-        if not stat.S_ISREG(status.st_mode):
-            raise OSError("daemon.json is not a file")
         return real, directory, handle.read(65536), status
 
 
@@ -3932,13 +3928,14 @@ def utf8_path(path):
 # while Windows refuses to replace a file another process has open, and give
 # up at the call's timeout.
 
-def open_regular(path, follow=True):
-    """(binary file, its status) when `path` is a regular file.  Raises OSError
-    for anything else: a FIFO or a device where a file belongs must not block
-    or flood a call, and with follow=False neither may a link redirect it."""
+def open_regular(path, follow=True, dir_fd=None):
+    """(binary file, its status) when `path` (in the folder `dir_fd` is open
+    on, if given) is a regular file.  Raises OSError for anything else: a
+    FIFO or a device where a file belongs must not block or flood a call, and
+    with follow=False neither may a link redirect it."""
     import stat
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    descriptor = os.open(path, flags if follow else flags | NO_FOLLOW)
+    descriptor = os.open(path, flags if follow else flags | NO_FOLLOW, dir_fd=dir_fd)
     handle = os.fdopen(descriptor, "rb")
     try:
         status = os.fstat(descriptor)
@@ -5433,14 +5430,11 @@ def server_environment(found):
                          if isinstance(value, str))
         names = [value for key, value in entry["keyed"] if key == "env_vars" and
                  isinstance(value, str)]
-    elif CLIENTS[name]["adds"]:          # the entry the fix's own command will write
-        words = CLIENTS[name]["adds"]("python", "program", "config", shell)
-        entry_env = dict(word.split("=", 1) for before, word in zip(words, words[1:])
-                         if before in ("-e", "--env") and "=" in word)
-        names = ()
-    else:                                # print-config's entry, which the fix will print
+    else:
+        # The entry the fix will write: print-config's environment, and its env_vars only
+        # where the fix is print-config's (a client's own add command writes none).
         entry_env = dict(CLIENTS[name]["env"](shell, workspace) if CLIENTS[name]["env"] else [])
-        names = SHELL_VARIABLES
+        names = () if CLIENTS[name]["adds"] else SHELL_VARIABLES
     passed = CLIENTS[name]["passes"](shell, entry_env, names)
     # The configuration directory is the one doctor is asked about (the client check says
     # when the entry names another): resolved as in this shell.
@@ -5824,7 +5818,7 @@ def untrusted_daemon(found, hint):
 
 
 def check_client(found):
-    name = found["options"].get("client") or "claude-code"
+    name = found["client"]
     place, entry, looked = find_client_entry(name, found)
     if entry is None:
         place, entry = find_kit_entry(name, found)
@@ -5859,7 +5853,7 @@ def check_client(found):
         # The folder the client runs it from, and the .pyz its entry names (Codex's names
         # the kit's own, outside Codex's copy).
         changeable = kit_changeable(entry["kit"]["plugin"], found["platform"]) or \
-            kit_changeable(kit_program(entry), found["platform"])
+            kit_changeable(entry_program(entry), found["platform"])
         if changeable:
             return ("fail", "client_entry_unsafe", "the memprove entry in %s comes from a kit "
                     "others can change: %s" % (place, changeable),
@@ -5876,7 +5870,7 @@ def check_client(found):
                 "which Windows cannot start: it must name the interpreter" % (
                     place, shown_path(command)),
                 print_config_line(found))
-    program = args[0] if interpreter and args else command
+    program = entry_program(entry)
     if interpreter and not os.path.exists(program):
         return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, shown_path(program)), print_config_line(found))
@@ -5892,8 +5886,7 @@ def check_client(found):
             os.path.abspath(os.path.expanduser(config_dir)) != found.get("config_dir"):
         return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
                 % (place, shown_path(config_dir)), print_config_line(found))
-    copy = ", version %s" % archive_version(
-        read_regular(found["program"], MAX_ARCHIVE + 1)[0]) \
+    copy = ", version %s" % archive_version(running_archive(found)) \
         if "kit" in entry else ""
     return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
 
@@ -5903,7 +5896,7 @@ def check_hook(found):
     give the Pack now or stay silent (and why): the hook says nothing to the
     model when it cannot, so this is where the user learns of it.  It sends
     no request: the daemon check's is the one doctor makes."""
-    name = found["options"].get("client") or "claude-code"
+    name = found["client"]
     if not CLIENTS[name]["hook"]:
         return None
     place, disabled, handler = find_hook(name, found)
@@ -6012,8 +6005,8 @@ MAX_ARCHIVE = 64 * 1024 * 1024       # bytes of a kit's .pyz worth comparing
 MAX_KIT_ENTRIES = 1000               # a kit holds a score; a folder of more is no kit of ours
 
 
-def kit_program(entry):
-    """The .pyz a kit's entry runs: its first argument after the interpreter."""
+def entry_program(entry):
+    """The program an entry runs: its first argument after an interpreter, else its command."""
     command, args = entry["command"] or "", entry["args"]
     return args[0] if INTERPRETER.match(os.path.basename(command)) and args else command
 
@@ -6052,12 +6045,19 @@ def disabled_kit(place, entry):
     return "warn", None, "the memprove entry in %s is %s" % (place, where), enable
 
 
+def running_archive(found):
+    """The bytes of the .pyz doctor runs from, read once (a kit's is compared with it)."""
+    if "archive" not in found:
+        found["archive"] = read_regular(found["program"], MAX_ARCHIVE + 1)[0]
+    return found["archive"]
+
+
 def stale_kit(found, name, place, entry, program):
     """The warning for a kit whose .pyz is not this one's bytes (plugin.md), or None."""
     try:
         # §6 rule 28: a FIFO or a device in the .pyz's place must not block or flood doctor.
-        installed, status = read_regular(program, MAX_ARCHIVE + 1)
-        running = read_regular(found["program"], MAX_ARCHIVE + 1)[0]
+        installed = read_regular(program, MAX_ARCHIVE + 1)[0]
+        running = running_archive(found)
     except OSError as error:
         what = "is not a regular file" if not isinstance(error, (FileNotFoundError,
                                                                   PermissionError)) else \

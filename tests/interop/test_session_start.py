@@ -413,26 +413,17 @@ def test_claude_code_starts_with_the_pack(claude, pyz, kit_python, daemon, confi
     token_in_no_request(endpoint, config.token)
 
     # 4. No token, then the daemon down: silent, the session as before.
-    token = claude.config_dir / "token"
-    away = claude.config_dir / "token.away"
-    for silence in (NO_TOKEN, DAEMON_DOWN):
-        if silence is NO_TOKEN:
-            token.rename(away)
-        else:
-            away.rename(token)
-            daemon_down(daemon)
-        log.unlink()
+    def session(marker, silence):
         endpoint, code, events, err, out = claude_session(
-            claude, daemon, "HOOK-CLAUDE-X", env=env, daemon_up=silence is not DAEMON_DOWN)
+            claude, daemon, marker, env=env, daemon_up=silence is not DAEMON_DOWN)
         claude_started_well(code, events, err, out, endpoint)
-        no_hook_text(endpoint, config.token)
-        seen[silence.name] = log_lines(log)
-        assert [(line[1], line[2]) for line in seen[silence.name]] == [
-            ("startup", silence.logged)], seen[silence.name]
+        return endpoint
+
+    seen.update(silences(claude.config_dir, "claude", daemon, session, log, config.token))
     report("claude-code", "log lines", seen)
     for name, lines in seen.items():
         assert all(config.token not in json.dumps(line) for line in lines), name
-    token_nowhere(config.token, claude.home, token)
+    token_nowhere(config.token, claude.home, claude.config_dir / "token")
 
 
 # ---------------------------------------------------------------------------
@@ -604,11 +595,11 @@ def codex_session(agent, endpoint_in, marker, trusted=True):
     return endpoint, hook_lines, story
 
 
-def agent_silences(agent, daemon, session, log, token):
-    """No token, then the daemon down, each a session(marker) -> endpoint that must start
-    as before, with no hook text; MEMPROVE_MCP_LOG's lines, by case."""
-    token_file = agent.config_dir / "token"
-    away = agent.config_dir / "token.away"
+def silences(config_dir, name, daemon, session, log, token):
+    """No token, then the daemon down, each a session(marker, silence) -> endpoint that must
+    start as before, with no hook text; MEMPROVE_MCP_LOG's lines, by case."""
+    token_file = config_dir / "token"
+    away = config_dir / "token.away"
     seen = {}
     for silence in (NO_TOKEN, DAEMON_DOWN):
         if silence is NO_TOKEN:
@@ -618,7 +609,7 @@ def agent_silences(agent, daemon, session, log, token):
             daemon_down(daemon)
         if log.exists():
             log.unlink()
-        endpoint = session("HOOK-%s-%s" % (agent.name.upper(), silence.logged.upper()))
+        endpoint = session("HOOK-%s-%s" % (name.upper(), silence.logged.upper()), silence)
         no_hook_text(endpoint, token)
         seen[silence.name] = log_lines(log)
         assert [(line[1], line[2]) for line in seen[silence.name]] == [
@@ -693,7 +684,8 @@ def test_codex_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, nex
 
     def session(marker):
         return codex_session(agent, endpoint_in, marker)[0]
-    seen.update(agent_silences(agent, ns_daemon, session, log, config.token))
+    seen.update(silences(agent.config_dir, agent.name, ns_daemon,
+                         lambda marker, silence: session(marker), log, config.token))
     report("codex", "log lines", seen)
     token_nowhere(config.token, agent.home, agent.config_dir / "token")
 
@@ -762,8 +754,8 @@ def test_gemini_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, ki
     assert any(gemini_md in text for text in texts_in(first_scripted(endpoint))), gemini_md
     token_in_no_request(endpoint, config.token)
 
-    seen.update(agent_silences(agent, ns_daemon, lambda marker: session(marker)[0], log,
-                               config.token))
+    seen.update(silences(agent.config_dir, agent.name, ns_daemon,
+                         lambda marker, silence: session(marker)[0], log, config.token))
     report("gemini", "log lines", seen)
     token_nowhere(config.token, agent.home, agent.config_dir / "token")
 

@@ -25,13 +25,11 @@ request's `_meta`) and the `initialize` handshake of 2025-11-25 and
 output carries protocol messages only; standard error carries one line per
 message received, never a token or an argument value.
 
-The module reads top to bottom in the order data flows through it:
+The module is in two parts, each read top to bottom in the order data flows
+through it.  First the server, as `mcp serve` meets it:
 
     1. Constants and Problems       limits, versions, the platform table, the one error type
-    2. Command line                 main(), serve, print-config and its client
-                                    records (formats, files, environment, add
-                                    command, hook), the plugin kit of `mcp
-                                    plugin`, the session-start hook
+    2. Command line                 main(), the options, serve
     3. Transport                    bounded line reader, writer, workers, log, roots
     4. Protocol eras                classify a message, answer it per era
     5. Tool dispatch                the tool table, argument validation
@@ -41,7 +39,19 @@ The module reads top to bottom in the order data flows through it:
     9. Context files                context.json, runs.jsonl
    10. Daemon client                one table of operations, one send()
    11. The Pack                     pure functions of a Capsule
-   12. mcp doctor                   the path from shell to ledger, checked, with fix
+
+Then the operator's commands, which a person runs (and the hook, which a
+client runs when a session starts); `mcp serve` never runs them:
+
+   12. Words and files              a word as each shell reads it back; JSON,
+                                    TOML and YAML written and read by hand
+   13. The clients                  one record per client: its entry and files,
+                                    the environment it gives a server, its kit
+                                    and its commands, its hook
+   14. mcp print-config             a client's entry, or its hook entry
+   15. The kit                      `mcp plugin`: the plugin, extension and bundle
+   16. The session-start hook       `mcp hook session-start`: the Pack, or nothing
+   17. mcp doctor                   the path from shell to ledger, checked, with fix
                                     lines for the platform's shell
 
 Only the standard library is used, from Python 3.6 on.  Importing the
@@ -65,6 +75,7 @@ import time
 # collections) costs as much as the interpreter's own start, and answering
 # `server/discover`, `initialize` or `tools/list` needs none of them (see
 # load_json, dump_json and Pattern; _thread gives the locks).
+
 
 # ---------------------------------------------------------------------------
 # 1. Constants and Problems
@@ -246,6 +257,16 @@ class Problem(Exception):
         return "%s: %s" % (self.code, sentence)
 
 
+def shown_path(path):
+    """A path, or any value from a file, a client's configuration or the
+    environment, on one line of its own: one holding a C0 or C1 control, DEL
+    or a line break (U+2028, U+2029 too) is shown JSON-quoted, in ASCII, so
+    that no value can start a line or hide the rest of one (§6 rule 23)."""
+    if any(char < " " or "\x7f" <= char <= "\x9f" or char in "\u2028\u2029" for char in path):
+        return dump_json(path)
+    return path
+
+
 # ---------------------------------------------------------------------------
 # 2. Command line
 # ---------------------------------------------------------------------------
@@ -313,6 +334,7 @@ def main(argv=None):
 
 COMMANDS = ("serve", "print-config", "doctor", "plugin", "hook")
 HOOK_EVENTS = ("session-start",)        # the word `mcp hook` takes
+
 # Every option: its key in `options`, the commands that take it, and what its
 # value must be (None for a flag).
 OPTIONS = {
@@ -386,94 +408,6 @@ def source_digest():
     return hashlib.sha256(data).hexdigest()
 
 
-def print_config(options):
-    """Print the client entry that starts this server; write nothing anywhere."""
-    config_dir = config_directory(options.get("config_dir"), os.environ)
-    program = this_program()
-    args = ["mcp", "serve", "--config-dir", config_dir]
-    workspace = options.get("workspace")
-    if workspace:
-        workspace = os.path.abspath(os.path.expanduser(workspace))
-        args += ["--workspace", workspace]
-    if options.get("hook"):
-        return print_hook_config(options.get("client") or "claude-code", program, args[2:])
-    if options.get("python") or PLATFORMS[PLATFORM]["interpreter_first"]:
-        command, args = os.path.abspath(sys.executable), [program] + args
-    else:
-        command = program
-    root = find_workspace(os.environ, workspace).root
-    command, args, config_dir = utf8_text(command), [utf8_text(arg) for arg in args], \
-        utf8_text(config_dir)
-    name = options.get("client") or "claude-code"
-    expanded = expanded_by(name, [command] + args)
-    if expanded:
-        path, marker = expanded
-        sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
-                         "configuration; use a path without it.\n" % (shown_path(path), marker, name))
-        return 1
-    try:
-        text, where = client_entry(name, command, args, config_dir, os.environ,
-                                   workspace and utf8_text(workspace), root)
-        data = text.encode("utf-8")
-    except ValueError:                 # UnicodeEncodeError too: a lone surrogate
-        sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
-                         "no client could read it.\n")
-        return 1
-    write_stdout_bytes(data)
-    sys.stderr.write(where)
-    return 0
-
-
-def print_hook_config(name, program, options):
-    """Print client `name`'s session-start hook entry for its own file."""
-    hook = CLIENTS[name]["hook"]
-    if not hook:
-        sys.stderr.write("memprove-mcp: %s runs no session-start hook; its model reads the "
-                         "server's instructions, which say to call pack first.\n" % name)
-        return 1
-    words = [utf8_text(os.path.abspath(sys.executable)), utf8_text(program), "mcp", "hook",
-             "session-start"] + [utf8_text(word) for word in options]
-    expanded = expanded_by(name, words)
-    if expanded:
-        sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
-                         "configuration; use a path without it.\n"
-                         % (shown_path(expanded[0]), expanded[1], name))
-        return 1
-    try:
-        text = json_text(hook_document(hook_handler(words + ["--client", name], (name,))))
-        data = text.encode("utf-8")
-    except ValueError:
-        sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
-                         "no client could read it.\n")
-        return 1
-    path = place_path(hook[1][-1][0], hook[1][-1][1], os.environ, None)
-    write_stdout_bytes(data)
-    sys.stderr.write("memprove-mcp: merge this into %s: its SessionStart list, beside any hook "
-                     "already there.\n" % shown_path(path))
-    return 0
-
-
-def expanded_by(name, values):
-    """(value, what) for the first value holding what client `name` expands in
-    its configuration (`${` for Claude Code, `$` for Gemini...), else None: a
-    path the client rewrites would start another server than the one printed."""
-    for value in values:
-        for marker in CLIENTS[name]["expands"]:
-            if marker in value:
-                return value, marker
-    return None
-
-
-def utf8_text(path):
-    """A path as the UTF-8 text a client's file holds.  Python 3.6 under an
-    ASCII locale decodes paths with surrogate escapes, which still stand for
-    the UTF-8 bytes; a path that is not UTF-8 keeps its escapes (refused)."""
-    try:
-        return os.fsencode(path).decode("utf-8")
-    except UnicodeError:
-        return path
-
-
 def this_program():
     """The absolute path of the running .pyz (or module), even with no working directory."""
     try:
@@ -487,1155 +421,6 @@ def write_stdout_bytes(data):
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
-
-
-# -- print-config: one entry per client ----------------------------------------
-# clients.md: every form names the same server (the command, the arguments
-# `mcp serve --config-dir DIR [--workspace DIR]`, MEMPROVE_CONFIG_DIR in the
-# environment) in the shape and file format its client reads.  A client is one
-# row of CLIENTS: its format, the function that shapes its document, what it
-# adds to the environment, and where the entry goes.  Nothing here ever holds a
-# token, a data directory or a value the user set: only variable names.
-
-# Codex hands a server only a short list of variables plus those named in
-# `env_vars`: these are the ones the server reads from a user's shell.
-SHELL_VARIABLES = ("MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR",
-                   "MEMPROVE_WORKSPACE", "MEMPROVE_TIMEOUT", "MEMPROVE_AGENT_NAME",
-                   "MEMPROVE_AGENT_ROLE", "MEMPROVE_PARENT_SESSION", "MEMPROVE_MCP_LOG")
-
-
-def servers_entry(top, stdio_type=False, trailing=()):
-    """The common JSON shape `{top: {"memprove": {[type,] command, args, env, ...}}}`."""
-    def shape(server):
-        entry = {"type": "stdio"} if stdio_type else {}
-        entry["command"] = server["command"]
-        entry["args"] = server["args"]
-        entry["env"] = server["env"]
-        entry.update(trailing)
-        return {top: {"memprove": entry}}
-    return shape
-
-
-def codex_entry(server):
-    # TOML: the writer puts the scalars and arrays under [mcp_servers.memprove]
-    # and the env table after them as [mcp_servers.memprove.env].
-    return {"mcp_servers": {"memprove": {
-        "command": server["command"], "args": server["args"],
-        "env_vars": list(SHELL_VARIABLES), "env": server["env"]}}}
-
-
-def opencode_entry(server):
-    # OpenCode takes the command and its arguments as one list.
-    return {"mcp": {"memprove": {
-        "type": "local", "command": [server["command"]] + server["args"],
-        "environment": server["env"], "enabled": True}}}
-
-
-def continue_entry(server):
-    # Continue's mcpServers is a list of named blocks, not a map.
-    return {"mcpServers": [{
-        "name": "memprove", "type": "stdio", "command": server["command"],
-        "args": server["args"], "env": server["env"]}]}
-
-
-def goose_entry(server):
-    return {"extensions": {"memprove": {
-        "name": "memprove", "type": "stdio", "cmd": server["command"],
-        "args": server["args"], "envs": server["env"], "enabled": True, "timeout": 300}}}
-
-
-def workspace_folder(environ, workspace):
-    """Cursor and VS Code expand ${workspaceFolder} in `env`; --workspace already
-    names the project, and two sources would only confuse a reader."""
-    return [] if workspace else [("MEMPROVE_WORKSPACE", "${workspaceFolder}")]
-
-
-# -- the environment each client gives a server --------------------------------
-# What the server reads from its environment (the token, the data directory,
-# the Workspace) is only what the client passes on; doctor --client judges
-# those in that environment (clients-verified.md, measured).
-
-def passes_everything(environ, entry_env, names=()):
-    return dict(environ, **entry_env)
-
-
-# Codex passes a few variables of its own, then those `env_vars` names.
-CODEX_PASSES = ("HOME", "LANG", "LC_ALL", "PATH", "SHELL", "TERM", "TMPDIR", "USER", "LOGNAME",
-                "SSL_CERT_FILE", "SSL_CERT_DIR", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
-                "SYSTEMROOT", "PATHEXT", "TEMP", "TMP")
-
-
-def passes_what_codex_names(environ, entry_env, names=()):
-    kept = dict((name, environ[name]) for name in CODEX_PASSES + tuple(names) if name in environ)
-    return dict(kept, **entry_env)
-
-
-# Gemini CLI drops every inherited variable whose name holds one of these
-# (its environment sanitising), then expands `$VAR` in the entry's env from
-# its own environment.
-GEMINI_DROPS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "AUTH", "CREDENTIAL", "CREDS",
-                "PRIVATE", "CERT")
-
-
-def passes_what_gemini_keeps(environ, entry_env, names=()):
-    kept = dict((name, value) for name, value in environ.items()
-                if not any(word in name.upper() for word in GEMINI_DROPS))
-    for name, value in entry_env.items():
-        reference = VARIABLE_REFERENCE.match(value)
-        kept[name] = environ.get(value.strip("${}"), "") if reference else value
-    return kept
-
-
-# -- the command each client adds a server with -----------------------------------
-# Measured with the pinned clients: run as printed, each writes the entry
-# doctor then finds (Claude Code's local scope: ~/.claude.json for the
-# repository's root; Codex: config.toml, without `env_vars`, which its
-# command cannot write; Gemini CLI's user settings, which need no trusted
-# folder).  Claude Code and Codex take the server's words after `--`;
-# Gemini CLI its command before `--` and the arguments after it.
-
-def adds_after_dashes(client, env_option):
-    """The add command of a client that takes the server's words after `--`."""
-    def adds(python, program, config_dir, environ):
-        return [client, "mcp", "add", KIT_NAME, env_option, "MEMPROVE_CONFIG_DIR=" + config_dir,
-                "--", python, program, "mcp", "serve", "--config-dir", config_dir]
-    return adds
-
-
-def gemini_adds(python, program, config_dir, environ):
-    reference = []
-    for name, value in token_file_reference(environ, None):
-        reference += ["-e", "%s=%s" % (name, value)]
-    return ["gemini", "mcp", "add", "-s", "user", KIT_NAME, "-e",
-            "MEMPROVE_CONFIG_DIR=" + config_dir] + reference + [
-        python, "--", program, "mcp", "serve", "--config-dir", config_dir]
-
-
-def token_file_reference(environ, workspace):
-    """Gemini drops inherited variables whose names hold TOKEN; it expands
-    `$VAR` in `env`, so a reference (a name, never the value) passes the
-    token file the user set.  Only when one is set: an unset reference would
-    reach the server as a literal `$MEMPROVE_TOKEN_FILE`."""
-    return [("MEMPROVE_TOKEN_FILE", "$MEMPROVE_TOKEN_FILE")] if environ.get("MEMPROVE_TOKEN_FILE") else []
-
-
-def client(file_format, shape, where, project_file=None, env=None, user_files=(),
-           expands=(), agent=None, hook=None, passes=None, adds=None):
-    """One row of CLIENTS.
-
-    `where` is the standard-error line's place, `{project}` standing for the
-    project file (`project_file`, path parts under the Workspace root) and
-    `{user}` for the first of `user_files`.  Those are where the client keeps
-    its files, and where `mcp doctor` looks: (base, path parts, keys before
-    the client's own), the base one of PLACES; `user_files` is a tuple, or a
-    dict by platform ("posix" for Linux and any platform not named) where the
-    client keeps them elsewhere per platform.  "<root>" in the keys stands
-    for the Workspace root.  `expands` lists what the client replaces in its
-    configuration's values (`${` in Claude Code's), refused in a path.
-    `agent` is the name the client sends as clientInfo.name.  `hook`, for a
-    client that runs a session-start hook: (the variable it sets for its
-    hooks, (base, path parts) of each of its own files that may hold a hook
-    entry, the user's last: print-config --hook names that one; how its
-    handler names the command on Windows, HOOK_FORMS; and, for a client that
-    runs a kit's hook only once the user trusts it, the function that says
-    why doctor finds it not trusted, or None).  `passes` gives the
-    environment the client starts a server with, from its own and the
-    entry's (by default all of its own).  `adds`, for a client with a command
-    that adds a server, gives its words from (interpreter, .pyz, configuration
-    directory, environment): doctor's fix for a missing entry.
-    """
-    if not isinstance(user_files, dict):
-        user_files = {"posix": user_files}
-    return {"format": file_format, "shape": shape, "where": where,
-            "project_file": project_file, "env": env, "user_files": user_files,
-            "expands": expands, "agent": agent, "hook": hook,
-            "passes": passes or passes_everything, "adds": adds}
-
-
-CLIENTS = {
-    "claude-code": client(
-        "json", servers_entry("mcpServers", stdio_type=True),
-        "{project} (project scope) or in {user} (local or user scope)",
-        project_file=(".mcp.json",),
-        user_files=(("home", (".claude.json",), ("projects", "<root>")),
-                    ("home", (".claude.json",), ())),
-        expands=("${",), agent="claude-code", adds=adds_after_dashes("claude", "-e"),
-        hook=("CLAUDECODE", (("root", (".claude", "settings.json")),
-                             ("home", (".claude", "settings.json"))), "exec", None)),
-    "codex": client(
-        "toml", codex_entry, "{user}",
-        user_files=(("codex", ("config.toml",), ()),), agent="codex-mcp-client",
-        passes=passes_what_codex_names, adds=adds_after_dashes("codex", "--env"),
-        hook=("PLUGIN_ROOT", (("codex", ("hooks.json",)),), "cmd",
-              lambda found, handler: codex_hook_distrust(found, handler))),
-    "gemini": client(
-        "json", servers_entry("mcpServers"),
-        "{project} (project) or in {user} (user); Gemini starts it only in a trusted folder",
-        project_file=(".gemini", "settings.json"), env=token_file_reference,
-        user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",),
-        agent="gemini-cli-mcp-client", passes=passes_what_gemini_keeps, adds=gemini_adds,
-        hook=("GEMINI_SESSION_ID", (("root", (".gemini", "settings.json")),
-                                    ("home", (".gemini", "settings.json"))), "powershell", None)),
-    "opencode": client(
-        "json", opencode_entry, "{project} (project) or in {user} (user)",
-        project_file=("opencode.json",),
-        # OpenCode keeps the XDG layout on every platform, Windows too.
-        user_files=(("xdg", ("opencode", "opencode.json"), ()),), expands=("{env:", "{file:")),
-    "cline": client(
-        "json", servers_entry("mcpServers", stdio_type=True, trailing=(("disabled", False),)),
-        "{user}",
-        user_files=(("home", (".cline", "data", "settings", "cline_mcp_settings.json"), ()),)),
-    "continue": client(
-        "yaml", continue_entry,
-        # The `cn` CLI (1.5.47, tried) reads no block file in .continue/mcpServers/.
-        "{user}, or a file you pass to `cn --config`",
-        user_files=(("root", (".continue", "mcpServers"), ()),
-                    ("home", (".continue", "config.yaml"), ()))),
-    "amp": client(
-        "json", servers_entry("amp.mcpServers"),
-        "{project} (workspace, then `amp mcp approve memprove`) or in {user} (user)",
-        project_file=(".amp", "settings.json"),
-        user_files=(("home", (".config", "amp", "settings.json"), ()),)),
-    "cursor": client(
-        "json", servers_entry("mcpServers", stdio_type=True),
-        "{project} (project) or in {user} (user)",
-        project_file=(".cursor", "mcp.json"), env=workspace_folder,
-        user_files=(("home", (".cursor", "mcp.json"), ()),), expands=("${",)),
-    "vscode": client(
-        "json", servers_entry("servers", stdio_type=True),
-        "{project} (workspace) or in {user} (user, the default profile)",
-        project_file=(".vscode", "mcp.json"), env=workspace_folder,
-        user_files={"posix": (("xdg", ("Code", "User", "mcp.json"), ()),),
-                    "darwin": (("home", ("Library", "Application Support", "Code", "User",
-                                         "mcp.json"), ()),),
-                    "win32": (("appdata", ("Code", "User", "mcp.json"), ()),)},
-        expands=("${",)),
-    "windsurf": client(
-        "json", servers_entry("mcpServers"), "{user}",
-        user_files=(("home", (".codeium", "windsurf", "mcp_config.json"), ()),)),
-    "zed": client(
-        "json", servers_entry("context_servers"), "{project} (project) or in {user} (user)",
-        project_file=(".zed", "settings.json"),
-        # Zed reads XDG_CONFIG_HOME on Linux only.
-        user_files={"posix": (("xdg", ("zed", "settings.json"), ()),),
-                    "darwin": (("home", (".config", "zed", "settings.json"), ()),),
-                    "win32": (("appdata", ("Zed", "settings.json"), ()),)}),
-    "goose": client(
-        "yaml", goose_entry, "{user}",
-        user_files={"posix": (("xdg", ("goose", "config.yaml"), ()),),
-                    # etcetera's Windows strategy: <home>\AppData\Roaming, whatever %APPDATA% says.
-                    "win32": (("home", ("AppData", "Roaming", "Block", "goose", "config",
-                                        "config.yaml"), ()),)}),
-}
-CLIENT_NAMES = tuple(CLIENTS)          # the order of clients.md's table (dicts keep it)
-
-
-def client_places(name, platform=PLATFORM):
-    """(base, path parts, keys) of every file client `name` keeps its entry in
-    on `platform`: the project file first, then the user files."""
-    row = CLIENTS[name]
-    user = row["user_files"].get(platform) or row["user_files"]["posix"]
-    return ([("root", row["project_file"], ())] if row["project_file"] else []) + list(user)
-
-
-def place_path(base, parts, environ, root, platform=PLATFORM):
-    """The path of a client's file (see PLACES), or None when it has no base here."""
-    directory = PLACES[base](environ, root, platform)
-    return os.path.join(directory, *parts) if directory else None
-
-
-def home_directory(environ, platform=PLATFORM):
-    """The user's home as clients find it: %USERPROFILE% on Windows, $HOME elsewhere."""
-    return environ.get(PLATFORMS[platform]["home"]) or os.path.expanduser("~")
-
-
-def xdg_config_home(environ, platform=PLATFORM):
-    value = environ.get("XDG_CONFIG_HOME")
-    return value if value and os.path.isabs(value) else \
-        os.path.join(home_directory(environ, platform), ".config")
-
-
-def roaming_app_data(environ, platform=PLATFORM):
-    return environ.get("APPDATA") or os.path.join(home_directory(environ, platform), "AppData",
-                                                  "Roaming")
-
-
-# The directories clients keep their files under: (environ, Workspace root,
-# platform) -> a directory, or None.
-PLACES = {
-    "root": lambda environ, root, platform: root,
-    "home": lambda environ, root, platform: home_directory(environ, platform),
-    "xdg": lambda environ, root, platform: xdg_config_home(environ, platform),
-    "appdata": lambda environ, root, platform: roaming_app_data(environ, platform),
-    "codex": lambda environ, root, platform: environ.get("CODEX_HOME") or os.path.join(
-        home_directory(environ, platform), ".codex"),
-}
-
-
-def client_entry(name, command, args, config_dir, environ, workspace=None, root=None):
-    """(standard output text, standard-error line) of `name`'s entry.
-
-    `environ` is read only to know whether MEMPROVE_TOKEN_FILE is set (gemini)
-    and where the client's files are, never for a value that goes into the
-    entry; `workspace` is the absolute --workspace or None; `root` is the
-    Workspace root for the client's project file (None when there is none to
-    give, as for a deleted working directory).
-    """
-    row = CLIENTS[name]
-    env = {"MEMPROVE_CONFIG_DIR": config_dir}
-    env.update(row["env"](environ, workspace) if row["env"] else [])
-    document = row["shape"]({"command": command, "args": list(args), "env": env})
-    text = WRITERS[row["format"]](document)
-    places = client_places(name)
-    user = next(place_path(base, parts, environ, root) for base, parts, _ in places
-                if base != "root")
-    project = os.path.join(root or "<project>", *row["project_file"]) if row["project_file"] else None
-    place = row["where"].format(project=shown_path(project or ""), user=shown_path(user))
-    return text, "memprove-mcp: put this entry in %s.\n" % place
-
-
-def shown_path(path):
-    """A path, or any value from a file, a client's configuration or the
-    environment, on one line of its own: one holding a C0 or C1 control, DEL
-    or a line break (U+2028, U+2029 too) is shown JSON-quoted, in ASCII, so
-    that no value can start a line or hide the rest of one (§6 rule 23)."""
-    if any(char < " " or "\x7f" <= char <= "\x9f" or char in "\u2028\u2029" for char in path):
-        return dump_json(path)
-    return path
-
-
-# -- the three file formats ----------------------------------------------------
-# Documents are dicts (insertion order kept), lists, strings, booleans and
-# integers.  TOML and YAML are written by hand because the server imports no
-# parser; every string is quoted with the escapes its format defines, so any
-# path survives: spaces, quotes, backslashes, `#`, `: `, tabs, control
-# characters, non-ASCII and characters outside the basic plane (written as
-# themselves: JSON's `\ud83d\ude80` pairs are valid in neither TOML nor YAML).
-
-def json_text(document):
-    # The form print-config has always printed: the default stays byte for byte.
-    import json
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-
-
-def reject_surrogates(text):
-    """A lone surrogate (an undecodable byte of a path) has no UTF-8 form."""
-    if any("\ud800" <= char <= "\udfff" for char in text):
-        raise ValueError("not valid UTF-8")
-
-
-TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n",
-                "\f": "\\f", "\r": "\\r"}
-
-
-def quoted(value, escapes, also=""):
-    """A double-quoted TOML or YAML string: `escapes` gives the short escapes;
-    every other control character (and those in `also`) becomes \\uXXXX, valid
-    in both; the rest, astral characters included, is written as itself."""
-    reject_surrogates(value)
-    out = []
-    for char in value:
-        if char in escapes:
-            out.append(escapes[char])
-        elif char < " " or "\x7f" <= char <= "\x9f" or char in also:
-            out.append("\\u%04X" % ord(char))
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
-
-
-def scalar_text(value, string):
-    """A boolean, an integer or (through `string`) a string, as TOML and YAML write them."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    return string(value)
-
-
-def toml_string(value):
-    # TOML forbids control characters (but tab) raw; C1 controls are escaped
-    # too, so that a terminal shows what is there.
-    return quoted(value, TOML_ESCAPES)
-
-
-def toml_key(key):
-    return key if TOML_BARE_KEY.match(key) else toml_string(key)
-
-
-TOML_BARE_KEY = Pattern(r"[A-Za-z0-9_-]+\Z")
-
-
-def toml_value(value):
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    return scalar_text(value, toml_string)
-
-
-def toml_text(document, path=()):
-    """Key/value pairs under the table's header, then each sub-table after them
-    (a key written after a sub-table's header would belong to that sub-table)."""
-    simple = [(key, value) for key, value in document.items() if not isinstance(value, dict)]
-    tables = [(key, value) for key, value in document.items() if isinstance(value, dict)]
-    lines = []
-    if simple and path:
-        lines.append("[%s]" % ".".join(toml_key(key) for key in path))
-    lines += ["%s = %s" % (toml_key(key), toml_value(value)) for key, value in simple]
-    text = "\n".join(lines) + "\n" if lines else ""
-    for key, value in tables:
-        sub = toml_text(value, path + (key,))
-        text += ("\n" if text and sub else "") + sub
-    return text
-
-
-# YAML 1.1 (PyYAML) and 1.2 agree on these escapes in a double-quoted scalar.
-YAML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\0": "\\0", "\a": "\\a", "\b": "\\b",
-                "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r",
-                "\x1b": "\\e", "\x85": "\\N", "\xa0": "\\_", "\u2028": "\\L",
-                "\u2029": "\\P"}
-
-
-def yaml_string(value):
-    # YAML allows neither controls nor the BOM and U+FFFE/U+FFFF raw, and a
-    # parser would fold NEL, U+2028 and U+2029: all are escaped.
-    return quoted(value, YAML_ESCAPES, "\ufeff\ufffe\uffff")
-
-
-def yaml_key(key):
-    return key if YAML_PLAIN_KEY.match(key) else yaml_string(key)
-
-
-YAML_PLAIN_KEY = Pattern(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
-
-
-def yaml_scalar(value):
-    return scalar_text(value, yaml_string)
-
-
-def yaml_lines(value, indent):
-    """Block style: a mapping as `key: value` lines, a sequence as `- item`
-    lines; a mapping inside a sequence starts on the dash's line."""
-    pad = " " * indent
-    lines = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, (dict, list)) and item:
-                lines.append("%s%s:" % (pad, yaml_key(key)))
-                lines += yaml_lines(item, indent + 2)
-            else:
-                lines.append("%s%s: %s" % (pad, yaml_key(key), yaml_inline(item)))
-    else:
-        for item in value:
-            if isinstance(item, (dict, list)) and item:
-                inner = yaml_lines(item, indent + 2)
-                lines.append("%s- %s" % (pad, inner[0][indent + 2:]))
-                lines += inner[1:]
-            else:
-                lines.append("%s- %s" % (pad, yaml_inline(item)))
-    return lines
-
-
-def yaml_inline(value):
-    if isinstance(value, dict):
-        return "{}"
-    if isinstance(value, list):
-        return "[]"
-    return yaml_scalar(value)
-
-
-def yaml_text(document):
-    return "\n".join(yaml_lines(document, 0)) + "\n"
-
-
-WRITERS = {"json": json_text, "toml": toml_text, "yaml": yaml_text}
-
-
-# -- mcp plugin: one folder each client installs the server from ---------------
-# plugin.md: the kit is written on the user's own machine, so every entry can
-# name this interpreter by its path, and the .pyz through the root variable of
-# the client that installed it (servers start in the session's directory, so
-# a relative path would not do), or, for Codex, whose plugin servers have no
-# such variable, by its path in the kit, which is read in place.  Each client
-# reads only its own files of the folder, so each ends with exactly one
-# `memprove` server.  A kit is one row of KIT_FILES per file; a client's server
-# entry is one row of KIT_SERVERS.
-
-KIT_NAME = "memprove"                  # the marketplace's, the plugin's and the extension's
-KIT_PLUGIN_ID = KIT_NAME + "@" + KIT_NAME
-KIT_ARCHIVE = "memprove_mcp.pyz"
-KIT_DESCRIPTION = ("The memprove ledger for coding agents: resume a Task from its Pack, record "
-                   "what you learn and decide, complete it on passed test runs.")
-KIT_AUTHOR = {"name": KIT_NAME}
-
-
-def kit_server(root, stdio_type=False, trailing=(), client=None):
-    """The server entry of a kit file: this interpreter, the kit's .pyz
-    through `root` (a client's root variable, or a function of the kit that
-    gives the folder), and print-config's arguments and environment (that of
-    `client`'s entry: Gemini's passes the token file by reference)."""
-    def shape(kit):
-        entry = {"type": "stdio"} if stdio_type else {}
-        entry["command"] = kit["python"]
-        entry["args"] = [(root if isinstance(root, str) else root(kit)) + KIT_ARCHIVE] + kit["args"]
-        entry["env"] = {"MEMPROVE_CONFIG_DIR": kit["config_dir"]}
-        if client and CLIENTS[client]["env"]:
-            entry["env"].update(CLIENTS[client]["env"](kit["environ"], None))
-        entry.update(trailing)
-        return entry
-    return shape
-
-
-def kit_plugin_folder(kit):
-    return os.path.join(kit["folder"], KIT_NAME, "")
-
-
-# Each client the kit installs in: its server entry, and what it expands in a
-# value (refused in a path, as print-config refuses it).  Codex 0.171.0 refuses
-# an Agent Plugins server that names an interpreter by its path, and starts
-# one in its copy of the plugin, where no Workspace is found: its own manifest
-# (.codex-plugin/) starts the server in the session's folder, and passes the
-# variables `env_vars` names, as its config.toml does.
-KIT_SERVERS = {
-    "claude-code": (kit_server("${CLAUDE_PLUGIN_ROOT}/", stdio_type=True), ("${",)),
-    "codex": (kit_server(kit_plugin_folder, trailing=(("env_vars", list(SHELL_VARIABLES)),)),
-              ("${",)),
-    "gemini": (kit_server("${extensionPath}${/}" + KIT_NAME + "${/}", client="gemini"), ("$",)),
-    "claude-desktop": (kit_server("${__dirname}/"), ("${",)),
-}
-
-
-def kit_marketplace(kit):
-    # Claude Code and Codex read the same local marketplace.
-    return {"name": KIT_NAME, "owner": KIT_AUTHOR, "description": KIT_DESCRIPTION,
-            "plugins": [{"name": KIT_NAME, "source": "./" + KIT_NAME,
-                         "description": KIT_DESCRIPTION, "version": kit["version"]}]}
-
-
-def kit_plugin(servers=None):
-    """A plugin manifest, Claude Code's (its servers in .mcp.json beside it) or
-    Codex's (`servers`: the file that holds them)."""
-    def manifest(kit):
-        plugin = {"name": KIT_NAME, "version": kit["version"], "description": KIT_DESCRIPTION,
-                  "author": KIT_AUTHOR}
-        if servers:
-            plugin["mcpServers"] = servers
-        return plugin
-    return manifest
-
-
-def kit_servers(client):
-    return lambda kit: {"mcpServers": {KIT_NAME: KIT_SERVERS[client][0](kit)}}
-
-
-def kit_gemini_extension(kit):
-    return {"name": KIT_NAME, "version": kit["version"],
-            "mcpServers": {KIT_NAME: KIT_SERVERS["gemini"][0](kit)},
-            "contextFileName": KIT_GEMINI_CONTEXT}
-
-
-def kit_hooks(*clients):
-    """A hooks/hooks.json for `clients`, which read it from a plugin (Claude
-    Code and Codex from the plugin's folder, Gemini CLI from the extension's,
-    the kit's root): one SessionStart entry with no matcher (every source runs
-    it; an alternation made Gemini 0.61.0 run nothing) and no timeout (Claude
-    Code reads seconds, Gemini milliseconds; the command bounds itself)."""
-    return lambda kit: hook_document(hook_handler(kit["hook_words"], clients),
-                                     "The memprove Pack of the context's Task at every session start")
-
-
-def hook_document(handler, description=None):
-    document = {"description": description} if description else {}
-    document["hooks"] = {"SessionStart": [{"hooks": [handler]}]}
-    return document
-
-
-# How a client's hook handler names the command on Windows, where each runs
-# hooks its own way: Claude Code through Git Bash or PowerShell, or with no
-# shell when the handler has `args` (the one form that runs under Wine, whose
-# PowerShell is a stub); Codex through cmd.exe, from `commandWindows`; Gemini
-# CLI through PowerShell, where a quoted program needs the call operator.
-# Elsewhere all three run `command` with POSIX sh (Codex: $SHELL -lc).
-HOOK_FORMS = {
-    "cmd": lambda words: {"commandWindows": cmd_line(words)},
-    "powershell": lambda words: {"command": "& " + " ".join(
-        powershell_word(word) for word in words)},
-    "exec": lambda words: {"command": words[0], "args": words[1:]},
-}
-
-
-def hook_handler(words, clients, platform=PLATFORM):
-    """The handler that runs `words` for every one of `clients`: one command
-    for POSIX sh, or on Windows each client's form (HOOK_FORMS) side by side,
-    each client reading its own keys and leaving the others'."""
-    handler = {"type": "command"}
-    if PLATFORMS[platform]["hook_shell"] == "sh":
-        handler["command"] = " ".join(sh_word(word) for word in words)
-        return handler
-    forms = set(CLIENTS[name]["hook"][2] for name in clients)
-    for form in HOOK_FORMS:              # "exec" last: its `command` is the program alone
-        if form in forms:
-            handler.update(HOOK_FORMS[form](words))
-    handler.setdefault("command", handler.get("commandWindows"))
-    return handler
-
-
-def cmd_line(words):
-    """A command line for `cmd /C`, which takes the first and the last double
-    quote off a line that starts with one: a quoted program gets one more
-    pair around the whole line (as `cmd /?` says)."""
-    line = " ".join(cmd_word(word) for word in words)
-    return '"%s"' % line if line.startswith('"') else line
-
-
-def cmd_word(word):
-    """A word as cmd.exe passes it on: double-quoted when it holds a space or
-    one of cmd's own characters (a path of Windows holds no double quote, and
-    mcp plugin refuses one holding %, which cmd expands even there)."""
-    return word if word and not any(char in word for char in ' \t&|<>^()",;=') else '"%s"' % word
-
-
-# Gemini's context file stays through a compression, which drops what the
-# hook gave; Gemini runs no hook after one.
-KIT_GEMINI_CONTEXT = "GEMINI.md"
-KIT_GEMINI_TEXT = """# memprove
-
-This project keeps its working memory in the memprove ledger. If no memprove Pack (a text
-opening with "Resuming Task") is in this conversation, call the `pack` tool of the memprove
-server before anything else.
-"""
-
-
-def kit_bundle_manifest(kit):
-    """Claude Desktop's MCP Bundle manifest (mcpb 0.3): the bundle is made on
-    this machine for this machine, so its command is this interpreter."""
-    server = KIT_SERVERS["claude-desktop"][0](kit)
-    return {"manifest_version": "0.3", "name": KIT_NAME, "version": kit["version"],
-            "description": KIT_DESCRIPTION, "author": KIT_AUTHOR,
-            "server": {"type": "python", "entry_point": KIT_ARCHIVE,
-                       "mcp_config": {"command": server["command"], "args": server["args"],
-                                      "env": server["env"]}},
-            "compatibility": {"platforms": [PLATFORM],
-                              "runtimes": {"python": ">=3.6"}}}
-
-
-def kit_readme(kit):
-    return KIT_README.format(version=kit["version"], commands=kit["commands"])
-
-
-KIT_README = """\
-# memprove, as a plugin
-
-This folder was written by `memprove_mcp.pyz mcp plugin` (version {version}) for
-this machine: every entry names its interpreter by its path and the configuration
-directory the server reads its token from (never the token). Claude Code and Codex
-read the folder in place: keep it where it is. To update, write it again with the
-same command, then run the update commands below.
-
-{commands}"""
-
-
-def json_file(build):
-    return lambda kit: json_text(build(kit)).encode("utf-8")
-
-
-def bundle_file(kit):
-    return zip_bytes([("manifest.json", json_file(kit_bundle_manifest)(kit)),
-                      (KIT_ARCHIVE, kit["archive"])])
-
-
-# Every file of the kit, by its path in the folder, and what makes its bytes.
-KIT_FILES = (
-    ((".claude-plugin", "marketplace.json"), json_file(kit_marketplace)),
-    ((KIT_NAME, ".claude-plugin", "plugin.json"), json_file(kit_plugin())),
-    ((KIT_NAME, ".mcp.json"), json_file(kit_servers("claude-code"))),
-    ((KIT_NAME, ".codex-plugin", "plugin.json"),
-     json_file(kit_plugin(servers="./.codex-plugin/mcp.json"))),
-    ((KIT_NAME, ".codex-plugin", "mcp.json"), json_file(kit_servers("codex"))),
-    ((KIT_NAME, "hooks", "hooks.json"), json_file(kit_hooks("claude-code", "codex"))),
-    # Gemini CLI's extension is the kit's folder itself: its hooks file cannot be the
-    # plugin's, whose Windows handler Gemini would run without its arguments.
-    (("gemini-extension.json",), json_file(kit_gemini_extension)),
-    ((KIT_GEMINI_CONTEXT,), lambda kit: KIT_GEMINI_TEXT.encode("utf-8")),
-    (("hooks", "hooks.json"), json_file(kit_hooks("gemini"))),
-    ((KIT_NAME, KIT_ARCHIVE), lambda kit: kit["archive"]),
-    ((KIT_NAME, "README.md"), lambda kit: kit_readme(kit).encode("utf-8")),
-    ((KIT_NAME + ".mcpb",), bundle_file),
-)
-
-
-def zip_bytes(entries):
-    """A zip of (name, bytes) entries that is the same for the same entries on
-    every Python and zlib: build_zipapp.py's fixed date, host and mode, and
-    stored rather than deflated (the .pyz is compressed already, and deflate's
-    output may change with the zlib a Python carries)."""
-    import io
-    import zipfile
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as bundle:
-        for name, data in sorted(entries):
-            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            info.create_system = 3
-            info.external_attr = 0o644 << 16
-            bundle.writestr(info, data)
-    return buffer.getvalue()
-
-
-def plugin(options):
-    """Write the kit into options["folder"] and print how to install it."""
-    folder = os.path.abspath(os.path.expanduser(options["folder"]))
-    try:
-        kit = kit_values(options, folder)
-        refusal = kit_refusal(kit, folder)
-    except ValueError as error:
-        refusal = str(error)
-    if refusal:
-        sys.stderr.write("memprove-mcp: %s\n" % refusal)
-        return 1
-    try:
-        write_kit(kit, folder)
-    except OSError as error:
-        sys.stderr.write("memprove-mcp: the kit could not be written in %s (%s); nothing "
-                         "changed there.\n" % (shown_path(folder), error.strerror or "error"))
-        return 1
-    write_stdout_bytes(kit["commands"].encode("utf-8"))
-    token = os.path.join(kit["config_dir"], "token")
-    if not os.path.isfile(token):
-        # The one place every client's server finds the token: Gemini CLI passes no variable
-        # whose name holds TOKEN, Codex only those its entry names.
-        sys.stderr.write("memprove-mcp: %s does not exist: put your token there (only you may "
-                         "read it), or the kit's server has none under Gemini CLI.\n"
-                         % shown_path(token))
-    return 0
-
-
-def kit_values(options, folder):
-    """What every file of the kit is made from; ValueError (its message the
-    line to print) when it cannot be made here."""
-    loader = globals().get("__loader__")
-    if not getattr(loader, "archive", None):
-        raise ValueError("mcp plugin copies the .pyz it runs from: run it as "
-                         "`python3 memprove_mcp.pyz mcp plugin DIR`.")
-    with open(loader.archive, "rb") as handle:
-        archive = handle.read()
-    config_dir = utf8_text(config_directory(options.get("config_dir"), os.environ))
-    args = ["mcp", "serve", "--config-dir", config_dir]
-    workspace = options.get("workspace")
-    if workspace:
-        args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
-    kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
-           "args": args, "archive": archive, "folder": utf8_text(folder),
-           "environ": dict(os.environ)}
-    kit["hook_words"] = [kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE),
-                         "mcp", "hook", "session-start"] + args[2:]
-    kit["version"] = kit_version(kit)
-    kit["commands"] = kit_commands(folder, kit["version"])
-    return kit
-
-
-def kit_version(kit):
-    """The archive's version, and a digest of every other file that does not
-    name the version: whatever changes in the kit, a client sees an update."""
-    import hashlib
-    digest = hashlib.sha256()
-    for parts, make in KIT_FILES:
-        if parts[-1] in KIT_UNVERSIONED:
-            digest.update("/".join(parts).encode("utf-8") + b"\0" + make(kit) + b"\0")
-    return "%s.%s" % (archive_version(kit["archive"]), digest.hexdigest()[:8])
-
-
-KIT_UNVERSIONED = (".mcp.json", "mcp.json", KIT_GEMINI_CONTEXT, "hooks.json")
-
-
-
-
-def kit_refusal(kit, folder):
-    """The line that refuses to write the kit, or None."""
-    for value in [kit["python"], kit["config_dir"]] + kit["args"] + [folder]:
-        try:
-            reject_surrogates(value)
-        except ValueError:
-            return "%s is not valid UTF-8; no client could read it." % shown_path(value)
-        if shown_path(value) is not value:
-            # §6 rule 29: no quoting keeps it on one line of the commands printed.
-            return ("%s holds a control character or a line break; use a path without "
-                    "it." % shown_path(value))
-        if "%" in value and PLATFORMS[PLATFORM]["hook_shell"] is None:
-            return ("%s holds %%, which cmd.exe would expand in Codex's hook; use a path "
-                    "without it." % shown_path(value))
-        for client, (_, expands) in KIT_SERVERS.items():
-            marker = next((marker for marker in expands if marker in value), None)
-            # The folder too: every client reads it in the hook's command.
-            if marker:
-                return ("%s holds %s, which %s would expand in its configuration; use a "
-                        "path without it." % (shown_path(value), marker, client))
-    return kit_folder_refusal(folder)
-
-
-def kit_folder_refusal(folder, platform=PLATFORM):
-    """Why the kit may not be written into `folder`, or None (plugin.md): it
-    must be where no one else can change it (§6 rule 25), and not exist, be
-    empty, or hold only what a kit holds (§6 rule 26: writing the kit again
-    replaces the folder whole, so nothing else may be in it)."""
-    changeable = folder_others_can_change(folder, platform)
-    if changeable:
-        return ("%s: clients run the kit in place, so whoever can change it runs code as you; "
-                "give a folder only you can change." % changeable)
-    try:
-        status = os.lstat(folder)
-    except FileNotFoundError:
-        return None
-    except OSError:
-        status = None
-    import stat
-    if status is None or not stat.S_ISDIR(status.st_mode):
-        return "%s is not a folder the kit can be written into." % shown_path(folder)
-    if not os.access(folder, os.W_OK) or not os.access(os.path.dirname(folder), os.W_OK):
-        # Moving it aside would fail half-way (a folder's `..` is written when it moves).
-        return "%s cannot be replaced: you may not write it or the folder it is in." % (
-            shown_path(folder))
-    other = not_of_a_kit(folder)
-    if other:
-        return ("%s holds %s, which no kit holds: give a new or empty folder, or one an "
-                "earlier `mcp plugin` wrote." % (shown_path(folder), shown_path(other)))
-    if os.listdir(folder) and not earlier_kit(folder):
-        return ("%s holds another marketplace: give a new or empty folder, or one an earlier "
-                "`mcp plugin` wrote." % shown_path(folder))
-    return None
-
-
-def earlier_kit(folder):
-    """Whether `folder`'s marketplace names memprove."""
-    try:
-        data = read_regular(os.path.join(folder, ".claude-plugin", "marketplace.json"), 65536)[0]
-        marketplace = load_json(data.decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(marketplace, dict) and marketplace.get("name") == KIT_NAME
-
-
-def folder_others_can_change(folder, platform=PLATFORM):
-    """The first of `folder` (if it exists) and the folders above it that
-    another user (not root) owns or that group or others can write (a
-    sticky one like /tmp too: once the kit is gone, another user can make it
-    again), said in words; None where the system has no POSIX modes."""
-    if not PLATFORMS[platform]["posix_files"]:
-        return None
-    trusted = (os.geteuid(), 0)
-    places = list(path_and_parents(folder)) + list(path_and_parents(os.path.realpath(folder)))
-    for place in places:
-        try:
-            status = os.stat(place)
-        except OSError:
-            continue                     # not made yet: `mcp plugin` makes it, as its own
-        if status.st_uid not in trusted:
-            return "%s belongs to another user (uid %d)" % (shown_path(place), status.st_uid)
-        if status.st_mode & 0o022 and place != folder:
-            return "%s can be written by group or others (mode %04o)" % (
-                shown_path(place), status.st_mode & 0o7777)
-    return None
-
-
-def not_of_a_kit(folder):
-    """The first path in `folder` that is not a file or folder the kit
-    writes, of the kind it writes it (links never are), or None."""
-    import stat
-    files = set(os.path.join(*parts) for parts, _ in KIT_FILES)
-    folders = set(os.path.dirname(name) for name in files) - {""}
-    folders |= set(os.path.dirname(name) for name in folders) - {""}
-    pending, seen = [""], 0
-    while pending:
-        relative = pending.pop()
-        for name in os.listdir(os.path.join(folder, relative)):
-            seen += 1
-            path = os.path.join(relative, name)
-            if seen > MAX_KIT_ENTRIES:
-                return path
-            mode = os.lstat(os.path.join(folder, path)).st_mode
-            if stat.S_ISDIR(mode) and path in folders:
-                pending.append(path)
-            elif not (stat.S_ISREG(mode) and path in files):
-                return os.path.join(folder, path)
-    return None
-
-
-def write_kit(kit, folder):
-    """Write the kit beside `folder` and rename it into place, so that no
-    client ever reads half a kit; an earlier kit (or an empty folder) is
-    moved aside first and removed after."""
-    import shutil
-    import tempfile
-    parent = os.path.dirname(folder)
-    if not os.path.isdir(parent):
-        os.makedirs(parent)
-    # Modes as any the user makes (mkdtemp's 0700 would hide the kit from the other users
-    # of a workstation an administrator seeds it for), never writable by group or others,
-    # whatever the umask: doctor fails a kit others can change (§6 rule 25).
-    mask = os.umask(0o022)
-    os.umask(mask)
-    fresh, old = tempfile.mkdtemp(prefix=".memprove-kit-", dir=parent), None
-    try:
-        for parts, make in KIT_FILES:
-            path = os.path.join(fresh, *parts)
-            if not os.path.isdir(os.path.dirname(path)):
-                os.makedirs(os.path.dirname(path), 0o755 & ~mask)
-            with open(path, "wb") as handle:
-                handle.write(make(kit))
-            os.chmod(path, 0o644 & ~mask)
-        for directory, folders, _ in os.walk(fresh):
-            for name in folders:
-                os.chmod(os.path.join(directory, name), 0o755 & ~mask)
-        os.chmod(fresh, 0o755 & ~mask)
-        if os.path.lexists(folder):
-            old = tempfile.mkdtemp(prefix=".memprove-kit-old-", dir=parent)
-            os.rename(folder, os.path.join(old, "kit"))
-        try:
-            os.rename(fresh, folder)
-        except OSError:
-            if old:
-                os.rename(os.path.join(old, "kit"), folder)
-            raise
-    except BaseException:
-        # §6 rule 26: a failed run leaves nothing of its own beside the folder.
-        shutil.rmtree(fresh, ignore_errors=True)
-        if old and not os.path.lexists(os.path.join(old, "kit")):
-            shutil.rmtree(old, ignore_errors=True)
-        raise
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-# What standard output says after the kit is written: per client, the
-# commands that install it, in the platform's shell, then those that make a
-# client take a kit written again (Claude Code and Codex read the folder in
-# place, Gemini CLI copies it).  {folder} and {bundle} are the
-# kit's paths quoted for that shell, {open} the platform's opener; a client
-# whose commands need one the platform lacks (Claude Desktop on Linux) is left out.
-KIT_INSTALL = (
-    ("Claude Code", ("claude plugin marketplace add {folder}",
-                     "claude plugin install memprove@memprove")),
-    ("Codex CLI", ("codex plugin marketplace add {folder}", "codex plugin add memprove@memprove")),
-    ("Gemini CLI", ("gemini extensions install {folder} --consent",)),
-    ("Claude Desktop", ("{open} {bundle}",)),
-)
-# What enables a kit a client disabled: Codex has no enable command, and adding
-# the plugin again sets `enabled = true`; Gemini's, in the Workspace's folder.
-KIT_ENABLE = {"claude-code": "claude plugin enable memprove@memprove",
-              "codex": "codex plugin add memprove@memprove",
-              "gemini": "gemini extensions enable memprove --scope workspace"}
-# What takes the kit out of each client again (measured with the pinned
-# clients: doctor then finds no entry); Gemini keeps its enablement file.
-KIT_REMOVE = (
-    ("Claude Code", ("claude plugin uninstall memprove@memprove",
-                     "claude plugin marketplace remove memprove")),
-    ("Codex CLI", ("codex plugin remove memprove@memprove",
-                   "codex plugin marketplace remove memprove")),
-    ("Gemini CLI", ("gemini extensions uninstall memprove",)),
-)
-KIT_UPDATE = {"claude-code": ("claude plugin update memprove@memprove",),
-              "codex": ("codex plugin add memprove@memprove",),
-              "gemini": ("gemini extensions update memprove",)}
-KIT_PREFACE = (
-    "The memprove kit, version {version}, is in {folder}.",
-    "Claude Code and Codex read it in place: keep the folder where it is.",
-    "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
-    "Each session then starts with the Pack of the Task you work on (the kit's hook);",
-    "Codex runs that hook only once you trust it, and again after each update: start",
-    "`codex` once and trust the hooks.",
-    "To check it inside an agent: ask it to call the memprove tool `context` (in Claude Code,",
-    "/mcp lists the server too).",
-    "",
-)
-
-
-def kit_commands(folder, version, platform=PLATFORM):
-    shell, separator = SHELLS[PLATFORMS[platform]["shell"]], PLATFORMS[platform]["separator"]
-    paths = {"folder": shell_word(shell, folder),
-             "bundle": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME + ".mcpb"),
-             "open": PLATFORMS[platform]["opener"]}
-    lines = [line.format(version=version, folder=shown_path(folder)) for line in KIT_PREFACE]
-    for client, commands in KIT_INSTALL:
-        if "{open}" in "".join(commands) and not paths["open"]:
-            continue
-        lines.append(client + ":")
-        lines += ["  " + command.format(**paths) for command in commands]
-    lines.append("To update after writing the kit again:")
-    lines += ["  " + command for commands in KIT_UPDATE.values() for command in commands]
-    lines.append("To remove it (then delete the folder):")
-    lines += ["  " + command for _, commands in KIT_REMOVE for command in commands]
-    return "\n".join(lines) + "\n"
-
-
-# -- the session-start hook ------------------------------------------------------
-# session-start.md: a client runs `mcp hook session-start` whenever a session
-# starts, resumes, is cleared or compacted, and puts what it prints into the
-# model's first request, so the Pack reaches the model whether or not it thinks
-# of calling `pack`.  The hook speaks only when it has the Pack: any other
-# outcome is silence on both streams and exit status 0 (Gemini shows standard
-# error to the user and reads exit 2 as a refusal; every client drops a failing
-# hook's output anyway), and doctor's `hook` check is where the user learns why.
-# It runs the very code of a `pack` call with no arguments, a read alone.
-
-HOOK_TEXT_LIMIT = 9000       # UTF-16 units: Claude Code moves a text over 10,000 to a file
-HOOK_TIME = 2.5              # seconds of work: with the interpreter's start and exit, under 3
-HOOK_MARGIN = 0.2            # of them kept for writing the answer
-HOOK_INPUT = 64 * 1024       # bytes of the client's JSON worth reading
-HOOK_INPUT_WAIT = 1.0        # seconds the client's JSON is waited for
-HOOK_TOO_LARGE = "The Pack is larger than a session start carries: call pack to read it."
-
-
-def session_start_hook(options):
-    """Print the Pack as the client's hook output, or nothing; exit 0 always."""
-    started = time.monotonic()
-    sys.stderr = open(os.devnull, "w")   # whatever goes wrong, standard error stays empty
-    outcome = {}
-
-    def work():
-        try:
-            hook_outcome(options, started, outcome)
-        except Exception:
-            record_internal_error(sys.exc_info())
-            outcome["log"] = "internal_error"
-
-    answered = finished_by(started + HOOK_TIME - HOOK_MARGIN, work)
-    # Unanswered, the worker may still write to `outcome`: what is said is fixed here.
-    said = dict(outcome) if answered else {
-        "log": "no answer within %g s" % (HOOK_TIME - HOOK_MARGIN), "source": outcome.get("source")}
-    if said.get("text"):
-        try:
-            write_stdout_bytes(json_bytes({"hookSpecificOutput": {
-                "hookEventName": "SessionStart", "additionalContext": said["text"]}}) + b"\n")
-        except (AttributeError, OSError, ValueError):    # no standard output, or closed
-            said["log"] = "standard output closed"
-    log_hook(said, started)
-    # Leave at once: a read of standard input or a daemon exchange may still be waiting.
-    os._exit(0)
-
-
-def hook_outcome(options, started, outcome):
-    """Fill `outcome` with the text to print ("text") and what happened ("log")."""
-    given = hook_input(started + HOOK_INPUT_WAIT)
-    outcome["source"] = given.get("source")
-    name = options.get("client") or hook_client(os.environ)
-    call = Call(options, CLIENTS[name]["agent"] if name else None, roots=given.get("cwd"))
-    call.most = max(0.1, started + HOOK_TIME - HOOK_MARGIN - time.monotonic())
-    try:
-        outcome["text"], outcome["log"] = session_start_text(call)
-    except Problem as problem:
-        outcome["log"] = problem.code
-
-
-def hook_input(deadline):
-    """The client's JSON object on standard input ({"cwd", "source", ...}), or
-    {}: read to its end, HOOK_INPUT bytes or the deadline, whichever is first."""
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:
-        return {}
-    chunks = []
-
-    def read():
-        try:
-            size = 0
-            while size < HOOK_INPUT:
-                chunk = stream.read1(HOOK_INPUT - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        except (OSError, ValueError):
-            pass
-
-    if not finished_by(deadline, read):
-        return {}
-    try:
-        given = load_json(b"".join(chunks).decode("utf-8"))
-    except (ValueError, RecursionError):
-        return {}
-    if not isinstance(given, dict):
-        return {}
-    cwd = given.get("cwd")
-    return {"cwd": cwd if isinstance(cwd, str) and cwd and "\0" not in cwd else None,
-            "source": given.get("source") if isinstance(given.get("source"), str) else None}
-
-
-def finished_by(deadline, action):
-    """Run `action()` in a thread of its own; whether it returned by `deadline`
-    (time.monotonic()).  A thread still running is left to the exit."""
-    done = _thread.allocate_lock()
-    done.acquire()
-
-    def run():
-        try:
-            action()
-        finally:
-            done.release()
-
-    _thread.start_new_thread(run, ())
-    return done.acquire(True, max(0.0, deadline - time.monotonic()))
-
-
-def hook_client(environ):
-    """The client running the hook, told by the variable it sets for its
-    hooks, or None.  The records are read from the last: Claude Code's
-    CLAUDECODE is inherited by every program its shell starts, Codex's and
-    Gemini's among them."""
-    for name in reversed(CLIENT_NAMES):
-        hook = CLIENTS[name]["hook"]
-        if hook and environ.get(hook[0]):
-            return name
-    return None
-
-
-def session_start_text(call):
-    """(text, what happened): what `pack` with no arguments shows, within
-    HOOK_TEXT_LIMIT; a Pack that does not fit is rendered again at the
-    largest budget that does, and where none does, the opening's count and
-    HOOK_TOO_LARGE stand for it."""
-    context = call.context()
-    capsule = call.capsule(call.task_id(None, context))
-    now = utc_now()
-    opening, rendered = opened_pack(call, context, capsule, PACK_BUDGET, now=now)
-    if utf16_len(opening) + 2 + rendered["units"] <= HOOK_TEXT_LIMIT:
-        return opening + "\n\n" + rendered["pack"], "pack"
-    room = HOOK_TEXT_LIMIT - utf16_len(opening) - 2
-    low, high, best = 1, PACK_BUDGET - 1, None
-    while low <= high:                   # the Pack grows with its budget
-        budget = (low + high) // 2
-        rendered = opened_pack(call, context, capsule, budget, now=now)[1]
-        if rendered["units"] <= room:
-            best, low = rendered, budget + 1
-        else:
-            high = budget - 1
-    if best is not None:
-        return opening + "\n\n" + best["pack"], "pack cut to fit"
-    agent = call.agent(context)
-    opening = opening_statement(capsule, now, agent["name"], agent["role"], open_item_count)
-    text = opening + "\n\n" + HOOK_TOO_LARGE
-    if utf16_len(text) > HOOK_TEXT_LIMIT:
-        raise Problem("daemon_error", "The Task's title is longer than a session start carries.")
-    return text, "pack too large"
-
-
-def open_item_count(capsule):
-    count = sum(1 for claim in capsule["claims"]
-                if claim.get("kind") == "open_item" and claim.get("state") == "active")
-    return "{:,} open item{} must be resolved or carried forward.".format(
-        count, "" if count == 1 else "s") if count else "No open items."
-
-
-def log_hook(outcome, started):
-    """One line in MEMPROVE_MCP_LOG, where it is set: what the hook did."""
-    path = os.environ.get("MEMPROVE_MCP_LOG")
-    if not path:
-        return
-    source = outcome.get("source")
-    line = "%s memprove-mcp hook session-start source=%s %s %dms\n" % (
-        utc_now(), log_field(source) if source else "-", outcome["log"],
-        int((time.monotonic() - started) * 1000))
-    try:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(line)
-    except OSError:
-        pass
 
 
 def serve(options):
@@ -5355,121 +4140,25 @@ def opening_statement(capsule, now, agent_name, agent_role, sentence=open_item_s
         sentence(capsule))
 
 
+# ===========================================================================
+# Part two: the operator's commands
+# ===========================================================================
+# What a person runs to connect a client and to see why it does not work
+# (print-config, plugin, doctor), and the hook a client runs when a session
+# starts.  `mcp serve` never runs this code: it is here, after the server,
+# because it shares the server's rules (configuration, Workspace, context
+# files, the daemon client, the Pack) and so cannot disagree with it.
+
+
 # ---------------------------------------------------------------------------
-# 12. mcp doctor
+# 12. Words and files
 # ---------------------------------------------------------------------------
-# doctor.md: the whole path from shell to ledger, checked the way the next
-# tool call will take it.  Every rule comes from the functions above (the
-# configuration of section 8, the context files of section 9, the per-call
-# object's daemon request), so doctor and the server cannot disagree.  Each
-# check returns (status, code, detail, fix) and may leave what it resolved in
-# `found` for a later check; a check whose inputs failed is `skip`.  Doctor
-# writes no file, sends one read, and never shows the token: it is held in
-# `found` only to be compared and sent.  Fix lines are written for the shell
-# of the platform (SHELLS), with real paths.
-
-NEWEST_TESTED = (3, 15)              # the newest Python this release was tested on
-MAX_CLIENT_FILE = 64 * 1024 * 1024   # ~/.claude.json keeps history and grows large
-MAX_TOML = 256 * 1024                # characters of a TOML file worth parsing whole
-MAX_CLIENT_LINE = 4096               # longer TOML and YAML lines are skipped (§6 rule 16)
-
-# A value that only names a variable, which the client expands when it starts
-# the server: how print-config --client gemini passes MEMPROVE_TOKEN_FILE.
-VARIABLE_REFERENCE = Pattern(r"(\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}"
-                             r"|\{env:[A-Za-z_][A-Za-z0-9_]*\})\Z")
-INTERPRETER = Pattern(r"(?i)(python|pypy|py)[0-9.]*w?(\.exe)?\Z")   # pythonw.exe, pyw.exe too
+# What every operator's command writes or reads: a word as each shell reads
+# it back, and the three formats of a client's files, written by hand and read
+# by hand (the server imports no parser).
 
 
-def doctor(options, platform=PLATFORM):
-    """Run the checks of doctor.md in order, print them; return the exit status."""
-    found = {"options": options, "environ": dict(os.environ), "failed": set(),
-             "program": this_program(), "token": None, "platform": platform,
-             "shell": SHELLS[PLATFORMS[platform]["shell"]],
-             "client": options.get("client") or "claude-code"}
-    found["server_environ"] = server_environment(found)
-    checks = []
-    for name, check in DOCTOR_CHECKS:
-        try:
-            outcome = check(found)
-            if outcome is None:          # a check that does not apply to this client
-                continue
-            status, code, detail, fix = outcome
-        except Exception as error:
-            # A doctor that dies hides every later check; say which broke, never
-            # the message (it could hold a value).
-            status, code, fix = "fail", "internal_error", "report this as a bug in mcp doctor"
-            detail = "the check failed unexpectedly (%s)" % type(error).__name__
-        if status == "fail":
-            found["failed"].add(name)
-        checks.append({"name": name, "status": status, "code": code,
-                       "detail": one_line(without_token(detail, found)),
-                       "fix": one_line(without_token(fix, found))})
-    failed = any(check["status"] == "fail" for check in checks)
-    if options.get("json"):
-        text = json_text({"ok": not failed, "checks": checks})
-    else:
-        text = "".join(doctor_lines(checks))
-    # backslashreplace: a path that is not UTF-8 shows as \udcXX, which is still JSON.
-    write_stdout_bytes(text.encode("utf-8", "backslashreplace"))
-    return 1 if failed else 0
-
-
-def server_environment(found):
-    """The environment the client starts this server with (its `passes`), from
-    this shell's and the memprove entry's, or print-config's entry where it
-    has none yet: what the token, data directory and Workspace are judged in."""
-    name, shell = found["client"], found["environ"]
-    workspace = found["options"].get("workspace")
-    probe = dict(found, root=find_workspace(shell, workspace).root)
-    try:
-        entry = find_client_entry(name, probe)[1] or find_kit_entry(name, probe)[1]
-    except Exception:                    # the client check says what is wrong with it
-        entry = None
-    if entry and "unreadable" not in entry:
-        entry_env = dict((key, value) for key, value in entry["env"].items()
-                         if isinstance(value, str))
-        names = [value for key, value in entry["keyed"] if key == "env_vars" and
-                 isinstance(value, str)]
-    else:
-        # The entry the fix will write: print-config's environment, and its env_vars only
-        # where the fix is print-config's (a client's own add command writes none).
-        entry_env = dict(CLIENTS[name]["env"](shell, workspace) if CLIENTS[name]["env"] else [])
-        names = () if CLIENTS[name]["adds"] else SHELL_VARIABLES
-    passed = CLIENTS[name]["passes"](shell, entry_env, names)
-    # The configuration directory is the one doctor is asked about (the client check says
-    # when the entry names another): resolved as in this shell.
-    for variable in ("MEMPROVE_CONFIG_DIR", "XDG_CONFIG_HOME", "APPDATA"):
-        passed.pop(variable, None)
-        if shell.get(variable):
-            passed[variable] = shell[variable]
-    return passed
-
-
-def doctor_lines(checks):
-    for check in checks:
-        yield "%-4s  %-10s  %s\n" % (check["status"], check["name"], check["detail"])
-        if check["fix"] is not None:
-            yield "      fix: %s\n" % check["fix"]
-
-
-def one_line(text):
-    """The last guard of one line per value (§6 rule 23), as without_token is
-    of the token: every value is shown through shown_path where it is put
-    into a line, and a line that still holds a control is shown whole
-    JSON-quoted rather than printed as it is."""
-    return text if text is None else shown_path(text)
-
-
-def without_token(text, found):
-    """The last guard of "never the token": a value read from a file the user
-    wrote (daemon.json's url, a client entry) could hold it."""
-    token = found["token"]
-    if text is None or not token or token not in text:
-        return text
-    return "(not shown: it would contain the token)"
-
-
-# -- fix lines, in the platform's shell -----------------------------------------
+# -- a word as each shell reads it back ---------------------------------------------
 
 SAFE_WORD = Pattern(r"[A-Za-z0-9_@%+=:,./-]+\Z")
 POWERSHELL_BARE = Pattern(r"-{0,2}[A-Za-z][A-Za-z0-9_.-]*\Z")
@@ -5491,6 +4180,21 @@ def powershell_word(value):
         return value
     return "'" + "".join(char * 2 if char in "'\u2018\u2019\u201a\u201b" else char
                          for char in value) + "'"
+
+
+def cmd_line(words):
+    """A command line for `cmd /C`, which takes the first and the last double
+    quote off a line that starts with one: a quoted program gets one more
+    pair around the whole line (as `cmd /?` says)."""
+    line = " ".join(cmd_word(word) for word in words)
+    return '"%s"' % line if line.startswith('"') else line
+
+
+def cmd_word(word):
+    """A word as cmd.exe passes it on: double-quoted when it holds a space or
+    one of cmd's own characters (a path of Windows holds no double quote, and
+    mcp plugin refuses one holding %, which cmd expands even there)."""
+    return word if word and not any(char in word for char in ' \t&|<>^()",;=') else '"%s"' % word
 
 
 # How a fix line is written in each shell of PLATFORMS: templates whose
@@ -5530,28 +4234,6 @@ SHELLS = {
 }
 
 
-def fix(found, template, **values):
-    """A line of the platform's shell: SHELLS' `template` with each value
-    quoted as that shell quotes it (a name is inserted as it is)."""
-    shell = found["shell"]
-    quoted = dict((key, value if key == "name" else shell_word(shell, value))
-                  for key, value in values.items())
-    return shell[template].format(**quoted)
-
-
-def example(found, what):
-    return found["shell"]["examples"][what]
-
-
-def doctor_command(found, *words, **python):
-    """This very program with `words`, as a line to paste into the shell;
-    `python` names another interpreter (a command name, used as it is)."""
-    shell = found["shell"]
-    interpreter = python.get("python") or shell["python"] or shell_word(shell, sys.executable)
-    line = shell["run"].format(python=interpreter, program=shell_word(shell, found["program"]))
-    return " ".join([line] + [shell_word(shell, word) for word in words])
-
-
 def shell_word(shell, value):
     """A value as `shell` reads it back.  One holding a control or a line
     break no quoting of sh or PowerShell keeps on one line (§6 rule 23): it
@@ -5566,527 +4248,163 @@ def shell_word(shell, value):
     return word if word[:1] == "'" else "'" + escaped + "'"
 
 
-def print_config_line(found):
-    """The print-config line that writes the entry this doctor expects."""
-    options = found["options"]
-    words = ["mcp", "print-config"]
-    if options.get("client"):
-        words += ["--client", options["client"]]
-    if options.get("config_dir"):
-        words += ["--config-dir", found["config_dir"]]
-    return doctor_command(found, *words)
-
-
-def add_entry_line(found, name):
-    """The fix for a missing entry: the client's own command that adds it, so
-    that doctor then finds it; for a client without one, the print-config
-    line and the file its entry goes in."""
-    adds = CLIENTS[name]["adds"]
-    if adds is None:
-        base, parts, _ = next(place for place in client_places(name, found["platform"])
-                              if place[1][-1] != "mcpServers")     # Continue's folder of blocks
-        path = place_path(base, parts, found["environ"], found.get("root"), found["platform"])
-        return "%s, and put what it prints in %s" % (print_config_line(found),
-                                                     shown_path(path or "the client's file"))
-    python = os.path.abspath(sys.executable)
-    words = adds(python, found["program"], found["config_dir"], found["environ"])
-    return " ".join(shell_word(found["shell"], word) for word in words)
-
-
-# -- the checks, in doctor.md's order -----------------------------------------
-
-def check_python(found):
-    import platform
-    detail = "Python %s (%s) at %s%s, bytecode: %s" % (
-        platform.python_version(), platform.python_implementation(), shown_path(sys.executable),
-        interpreter_origin(found), globals().get("BYTECODE_ORIGIN") or "source")
-    if sys.version_info[:2] > NEWEST_TESTED:
-        newest = "%d.%d" % NEWEST_TESTED
-        python = PLATFORMS[found["platform"]]["versioned_python"].format(newest)
-        return ("warn", None, detail + ", newer than the newest this release was tested on (%s)"
-                % newest, doctor_command(found, "mcp", "print-config", "--python", python=python))
-    return "ok", None, detail, None
-
-
-def interpreter_origin(found):
-    """Where the interpreter came from, and on macOS which one a client
-    started from the Dock would run a .pyz entry with: such a client gives
-    its servers the system PATH, whose python3 is the Command Line Tools'."""
-    import shutil
-    on_path = shutil.which("python3", path=found["environ"].get("PATH") or os.defpath)
-    same = on_path is not None and os.path.realpath(on_path) == os.path.realpath(sys.executable)
-    origin = " (python3 on PATH)" if same else ""
-    system_path = PLATFORMS[found["platform"]]["system_path"]
-    if system_path:
-        dock = shutil.which("python3", path=system_path)
-        origin += "; a client started from the Dock runs a .pyz entry with %s (PATH %s)" % (
-            shown_path(dock or "no python3"), system_path)
-    return origin
-
-
-def check_config_dir(found):
-    directory, source = config_directory(found["options"].get("config_dir"),
-                                         found["server_environ"], True, found["platform"])
-    found["config_dir"] = directory
-    detail = "%s (from %s)" % (shown_path(directory), source)
-    if not os.path.isdir(directory):
-        return "warn", None, detail + " does not exist", fix(found, "mkdir", path=directory)
-    return "ok", None, detail, None
-
-
-def check_token(found):
-    environ, config_dir = found["server_environ"], found["config_dir"]
-    source, path = token_source(environ, config_dir)
-    where = source if path is None else "%s (%s)" % (source, shown_path(path))
+def utf8_text(path):
+    """A path as the UTF-8 text a client's file holds.  Python 3.6 under an
+    ASCII locale decodes paths with surrogate escapes, which still stand for
+    the UTF-8 bytes; a path that is not UTF-8 keeps its escapes (refused)."""
     try:
-        token, too_open = read_token(environ, config_dir, found["platform"])
-    except Problem as problem:
-        return ("fail", problem.code) + token_failure(found, problem, source, path, where)
-    found["token"], found["token_file"] = token, path
-    if too_open:
-        return ("warn", None, "from %s, well formed, but the file is open to group or others"
-                % where, fix(found, "private", path=path))
-    return "ok", None, "from %s, well formed" % where, None
+        return os.fsencode(path).decode("utf-8")
+    except UnicodeError:
+        return path
 
 
-def token_failure(found, problem, source, path, where):
-    """(detail, fix) of a token that cannot be used; never a word of the token."""
-    own_file = os.path.join(found["config_dir"], "token")
-    point_at_file = fix(found, "set", name="MEMPROVE_TOKEN_FILE", value=example(found, "token"))
-    if problem.code == "token_malformed":
-        remedy = ("%s, and put the token on one line in %s" % (
-            fix(found, "unset", name="MEMPROVE_TOKEN"), shown_path(own_file))
-            if path is None else "write the token again, alone on the first line of %s"
-            % shown_path(path))
-        return ("the token from %s has white space or a character outside printable ASCII"
-                % where, remedy)
-    dropped = [name for name in ("MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE")
-               if found["environ"].get(name) and not found["server_environ"].get(name)]
-    if source is None and dropped:
-        # Set in this shell, but the client does not pass it on: the file works for every client.
-        private = found["shell"]["private"] and fix(found, "private", path=own_file)
-        return ("%s is set in this shell, but %s does not pass it to its servers, and %s does "
-                "not exist" % (" and ".join(dropped), found["client"], shown_path(own_file)),
-                "write the token into %s%s" % (shown_path(own_file),
-                                               ", then: " + private if private else ""))
-    if source is None:
-        return ("not set: MEMPROVE_TOKEN and MEMPROVE_TOKEN_FILE are empty and %s does not exist"
-                % shown_path(own_file), point_at_file)
-    if path is None:
-        return "MEMPROVE_TOKEN holds only white space", fix(found, "unset", name="MEMPROVE_TOKEN")
-    reason = "is empty" if problem.hint == "The token file is empty." else "cannot be read"
-    if source == "MEMPROVE_TOKEN_FILE":
-        return "MEMPROVE_TOKEN_FILE names %s, which %s" % (shown_path(path), reason), point_at_file
-    private = found["shell"]["private"] and fix(found, "private", path=path)
-    return "%s %s" % (shown_path(path), reason), "write the token into %s%s" % (
-        shown_path(path), ", then: " + private if private else "")
+# -- the three file formats ----------------------------------------------------
+# Documents are dicts (insertion order kept), lists, strings, booleans and
+# integers.  TOML and YAML are written by hand because the server imports no
+# parser; every string is quoted with the escapes its format defines, so any
+# path survives: spaces, quotes, backslashes, `#`, `: `, tabs, control
+# characters, non-ASCII and characters outside the basic plane (written as
+# themselves: JSON's `\ud83d\ude80` pairs are valid in neither TOML nor YAML).
 
-
-def check_data_dir(found):
-    environ, config_dir = found["server_environ"], found["config_dir"]
-    set_it = fix(found, "set", name="MEMPROVE_DATA_DIR", value=example(found, "data_dir"))
-    try:
-        data_dir, source = data_directory(environ, config_dir)
-    except Problem:
-        named = os.path.join(config_dir, "data-dir")
-        if found["environ"].get("MEMPROVE_DATA_DIR"):
-            # Set in this shell, but the client does not pass it on: the file works for all.
-            return ("fail", "data_dir_missing", "MEMPROVE_DATA_DIR is set in this shell, but %s "
-                    "does not pass it to its servers, and %s names none" % (
-                        found["client"], shown_path(named)),
-                    fix(found, "write", value=found["environ"]["MEMPROVE_DATA_DIR"], path=named))
-        return ("fail", "data_dir_missing", "not set: MEMPROVE_DATA_DIR is empty and %s names none"
-                % shown_path(named), set_it)
-    found["data_dir"] = data_dir
-    detail = "%s (from %s)" % (shown_path(data_dir), source)
-    if not os.path.isdir(data_dir):
-        remedy = set_it if source != "config" else fix(
-            found, "write", value=example(found, "data_dir"),
-            path=os.path.join(config_dir, "data-dir"))
-        return "fail", "data_dir_missing", detail + " is not a directory", remedy
-    return "ok", None, detail, None
-
-
-def check_workspace(found):
-    warnings = []
-    # As the per-call object finds it; doctor has no client, so no roots.
-    workspace = find_workspace(found["server_environ"], found["options"].get("workspace"), None,
-                               warnings)
-    ignored = "".join(", %s (ignored)" % warning for warning in warnings)
-    project = example(found, "project")
-    elsewhere = "cd %s, or give it: --workspace %s" % (project, project)
-    if workspace.problem:
-        return ("fail", workspace.problem, "%s (found by %s)%s cannot be used: it does not exist, "
-                "is not a directory, or its path is not UTF-8"
-                % (shown_path(workspace.root or "the start directory"), workspace.found_by, ignored),
-                elsewhere)
-    root = found["root"] = workspace.root
-    detail = "%s (found by %s)%s" % (shown_path(root), workspace.found_by, ignored)
-    if not workspace.marked and marker_owned(os.path.join(root, ".memprove")) is not False:
-        return ("warn", None, detail + ", no .memprove/ yet (the first `begin` makes it)",
-                "call `begin` from your agent in %s" % shown_path(root))
-    context, error = read_context(root)
-    if error:
-        path = os.path.join(root, ".memprove", "context.json")
-        whose = "another Workspace's context" if error.code == "context_foreign" else \
-            "its context cannot be read"
-        if error.hint == FOREIGN_DIRECTORY:
-            remedy = elsewhere             # theirs to remove, not ours
-        elif error.hint:
-            remedy = "remove what the detail names from %s" % shown_path(
-                os.path.join(root, ".memprove"))
-        else:
-            remedy = "call `begin` from your agent (it moves the file aside), or: " + \
-                fix(found, "move", path=path, target=path + ".bad")
-        return ("fail", error.code, "%s, but %s%s" % (
-            detail, whose, ": " + error.hint if error.hint else ""), remedy)
-    task, session = context.get("task"), context.get("session")
-    found["task"] = task["number"] if task else None
-    return ("ok", None, "%s, .memprove/ present, %s, %s, %d runs in runs.jsonl" % (
-        detail, "Task %d" % task["number"] if task else "no Task",
-        "Session %d" % session["number"] if session else "no Session",
-        sum(1 for _ in each_run(root))), None)
-
-
-DAEMON_FIXES = {
-    "daemon_unavailable": "start the memprove daemon (its daemon.json may be left from one that stopped)",
-    "daemon_address_refused": "daemon.json must name http://127.0.0.1:<port>; restart the memprove daemon",
-    "daemon_timeout": "restart the memprove daemon, or give it longer: {longer}",
-    "daemon_error": "restart the memprove daemon and read its log",
-    "unauthenticated": "the daemon does not know this token: use one it issued",
-    "token_revoked": "the token was revoked: get a new one from the daemon",
-    "scope_missing": "the token lacks the scope mcp-read: get one with mcp-read and mcp-write",
-}
-
-
-def check_daemon(found):
-    # A context file that cannot be read leaves the Workspace usable (`begin`
-    # still works), so only a Workspace without a root stops the request.
-    missing = [name for name in ("token", "data_dir") if name in found["failed"]]
-    missing += ["workspace"] if found.get("root") is None else []
-    if missing:
-        return "skip", None, "not tried: the %s check failed" % " and ".join(missing), None
-    try:
-        url = shown_path(read_daemon(found["data_dir"], found["platform"])[0])
-    except Problem as problem:
-        if problem.hint:
-            return ("fail", problem.code,) + untrusted_daemon(found, problem.hint)
-        return ("fail", problem.code, "no readable daemon.json in %s: the daemon is not running"
-                % shown_path(found["data_dir"]), DAEMON_FIXES[problem.code])
-    # The per-call object resolves and sends exactly as a tool call does: one
-    # listTasks, a read, never retried, bounded by MEMPROVE_TIMEOUT.
-    call = Call(found["options"], None, environ=found["server_environ"])
-    try:
-        answer = call.send("listTasks", query={"workspace": call.root})
-        tasks = records(answer, "tasks", TASK_FIELDS)
-    except Problem as problem:
-        seconds = timeout_setting(found["server_environ"]) or DEFAULT_TIMEOUT
-        detail = "%s: %s" % (url, {
-            "daemon_unavailable": "nobody answers there",
-            "daemon_timeout": "no answer to listTasks within %g s" % seconds,
-        }.get(problem.code, "listTasks answered %s" % problem.code))
-        remedy = DAEMON_FIXES.get(problem.code, "see the Problem codes in the README's "
-                                  "Troubleshooting").format(
-            longer=fix(found, "set", name="MEMPROVE_TIMEOUT", value="30"))
-        if problem.hint == FOREIGN_LISTENER:
-            # §6 rule 17: the daemon stopped, and another user took its port.
-            detail = "%s: another user listens there, so the token was not sent" % url
-            remedy = DAEMON_FIXES["daemon_unavailable"]
-        elif problem.code == "daemon_unavailable" and problem.hint:
-            detail, remedy = untrusted_daemon(found, problem.hint)  # §6 rule 19, seen listening
-        if problem.code in ("unauthenticated", "token_revoked"):
-            remedy += (", and put it in %s" % shown_path(found["token_file"])
-                       if found.get("token_file")
-                       else ": " + fix(found, "set", name="MEMPROVE_TOKEN", value="<the new token>"))
-        return "fail", problem.code, detail, remedy
-    return "ok", None, "%s answered listTasks for this Workspace: %d Task%s" % (
-        url, len(tasks), "" if len(tasks) == 1 else "s"), None
-
-
-def untrusted_daemon(found, hint):
-    """(detail, fix) of a daemon.json that is not to be believed (§6 rule 19):
-    whoever could write it chose where the token would go."""
-    path = os.path.join(found["data_dir"], "daemon.json")
-    private = os.path.join(home_directory(found["environ"], found["platform"]), ".local",
-                           "share", "memprove")
-    detail = "%s is not believed, so the token was not sent: %s" % (
-        shown_path(path), hint[0].lower() + hint[1:])
-    remedy = "start the memprove daemon with a data directory of your own (%s), then %s" % (
-        fix(found, "mkdir", path=private),
-        fix(found, "set", name="MEMPROVE_DATA_DIR", value=private))
-    return detail, remedy
-
-
-def check_client(found):
-    name = found["client"]
-    place, entry, looked = find_client_entry(name, found)
-    if entry is None:
-        place, entry = find_kit_entry(name, found)
-    if entry is None:
-        kit = " or a plugin kit" if name in KIT_FINDERS else ""
-        return ("warn", None, "no memprove entry for %s in %s%s" % (name, ", ".join(looked), kit),
-                add_entry_line(found, name))
-    if "unreadable" in entry:
-        return ("warn", None, "the memprove entry in %s cannot be read: %s" % (
-            place, entry["unreadable"]), "write it as print-config prints it: %s" %
-            print_config_line(found))
-    holder = token_holder(entry, found["token"])
-    if holder:
-        token_file = os.path.join(found["config_dir"], "token")
-        private = " (%s)" % fix(found, "private", path=token_file) \
-            if found["shell"]["private"] else ""
-        return ("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
-                % (place, holder), "remove it: the token belongs in %s%s; the entry to use "
-                "instead: %s" % (shown_path(token_file), private, print_config_line(found)))
-    if "kit" in entry and entry["kit"]["disabled"]:
-        return disabled_kit(place, entry)     # not run, so not checked further
-    loader = next((key for key in entry["env"] if key in LOADER_VARIABLES or
-                   key.startswith("DYLD_")), None)
-    if loader:
-        # §6 rule 25: the variable makes the interpreter or the loader run other code.
-        return ("fail", "client_entry_unsafe", "the memprove entry in %s sets %s, which makes "
-                "the server run other code" % (place, shown_name(loader)),
-                "remove %s from the entry's env, or write it again: %s" % (
-                    shown_name(loader), print_config_line(found) if "kit" not in entry else
-                    kit_update_line(found, name, entry["kit"]["folder"])))
-    if "kit" in entry:
-        # The folder the client runs it from, and the .pyz its entry names (Codex's names
-        # the kit's own, outside Codex's copy).
-        changeable = kit_changeable(entry["kit"]["plugin"], found["platform"]) or \
-            kit_changeable(entry_program(entry), found["platform"])
-        if changeable:
-            return ("fail", "client_entry_unsafe", "the memprove entry in %s comes from a kit "
-                    "others can change: %s" % (place, changeable),
-                    "write the kit again into a folder only you can change: %s" % (
-                        doctor_command(found, "mcp", "plugin", example(found, "kit"))))
-    command, args = entry["command"], entry["args"]
-    if not command or not command_exists(command, found["environ"]):
-        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
-                "not exist" % (place, shown_path(command or "no command")), print_config_line(found))
-    interpreter = INTERPRETER.match(os.path.basename(command))
-    if not interpreter and PLATFORMS[found["platform"]]["interpreter_first"] and \
-            command.lower().endswith(".pyz"):
-        return ("fail", "client_command_missing", "the memprove entry in %s runs %s itself, "
-                "which Windows cannot start: it must name the interpreter" % (
-                    place, shown_path(command)),
-                print_config_line(found))
-    program = entry_program(entry)
-    if interpreter and not os.path.exists(program):
-        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
-                "not exist" % (place, shown_path(program)), print_config_line(found))
-    if "kit" in entry:
-        stale = stale_kit(found, name, place, entry, program)
-        if stale:
-            return stale
-    elif os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found["program"]):
-        return ("warn", None, "the memprove entry in %s runs another copy of the server: %s"
-                % (place, shown_path(program)), print_config_line(found))
-    config_dir = entry_config_dir(entry)
-    if config_dir is not None and \
-            os.path.abspath(os.path.expanduser(config_dir)) != found.get("config_dir"):
-        return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
-                % (place, shown_path(config_dir)), print_config_line(found))
-    copy = ", version %s" % archive_version(running_archive(found)) \
-        if "kit" in entry else ""
-    return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
-
-
-def check_hook(found):
-    """Whether the client runs the session-start hook, and whether it would
-    give the Pack now or stay silent (and why): the hook says nothing to the
-    model when it cannot, so this is where the user learns of it.  It sends
-    no request: the daemon check's is the one doctor makes."""
-    name = found["client"]
-    if not CLIENTS[name]["hook"]:
-        return None
-    place, disabled, handler = find_hook(name, found)
-    if place is None:
-        return ("warn", None, "%s runs no memprove session-start hook: a session starts "
-                "without the Pack unless the model calls pack" % name,
-                "write the plugin kit (%s) or add the hook: %s" % (
-                    doctor_command(found, "mcp", "plugin", "<folder>"),
-                    doctor_command(found, "mcp", "print-config", "--hook", "--client", name)))
-    if disabled:
-        return "warn", None, "the session-start hook in %s is %s" % (place, disabled[0]), disabled[1]
-    distrust = CLIENTS[name]["hook"][3]
-    untrusted = distrust and handler and distrust(found, handler)
-    if untrusted:
-        return "warn", None, "the session-start hook in %s %s" % (place, untrusted[0]), untrusted[1]
-    why = [check for check in ("token", "data_dir", "workspace", "daemon")
-           if check in found["failed"]]
-    if why:
-        return ("warn", None, "%s runs the hook in %s, but it would stay silent: the %s "
-                "check%s failed" % (name, place, " and ".join(why), "s" if len(why) > 1 else ""),
-                "see the fix of the %s check above" % why[0])
-    if not found.get("task"):
-        return ("warn", None, "%s runs the hook in %s, but it stays silent until the context "
-                "names a Task" % (name, place),
-                "call `begin` from your agent in %s" % shown_path(found.get("root") or "the project"))
-    return ("ok", None, "%s runs the hook in %s: the next session starts with the Pack of Task %d"
-            % (name, place, found["task"]), None)
-
-
-def find_hook(name, found):
-    """(where, disabled, handler) of the memprove session-start hook client
-    `name` runs: its own file's entry (handler None), else the kit's
-    hooks/hooks.json; (None, None, None) when it runs none.  `disabled` is
-    the kit's (why, fix), or None."""
-    for base, parts in CLIENTS[name]["hook"][1]:
-        path = place_path(base, parts, found["environ"], found.get("root"), found["platform"])
-        if path and session_start_handlers(small_json(path)):
-            return shown_path(path), None, None
-    kit = KIT_FINDERS[name](found)
-    if kit is None:
-        return None, None, None
-    hooks = os.path.join(kit["plugin"], "hooks", "hooks.json")
-    handlers = session_start_handlers(small_json(hooks))
-    if not handlers:
-        return None, None, None
-    return "%s (from a plugin kit)" % shown_path(hooks), kit.get("disabled"), handlers[0]
-
-
-def session_start_handlers(document):
-    """The handlers of a hooks document's SessionStart entries that run `mcp
-    hook session-start`: in their command, its arguments (the form with no
-    shell) or Codex's Windows command."""
-    hooks = document.get("hooks") if isinstance(document, dict) else None
-    entries = hooks.get("SessionStart") if isinstance(hooks, dict) else None
-    found = []
-    for entry in entries if isinstance(entries, list) else ():
-        for hook in (entry.get("hooks") if isinstance(entry, dict) else None) or ():
-            if not isinstance(hook, dict):
-                continue
-            args = hook.get("args") if isinstance(hook.get("args"), list) else []
-            words = [hook.get("command"), hook.get("commandWindows")] + args
-            if "mcp hook session-start" in " ".join(word for word in words
-                                                    if isinstance(word, str)):
-                found.append(hook)
-    return found
-
-
-# Codex keeps the hooks the user trusted in config.toml, each under a key
-# naming the plugin, the file, the event and the handler's place, with the
-# SHA-256 of the handler as Codex sees it (its defaults filled in); measured
-# with Codex 0.171.0 (session-start.md).
-CODEX_HOOK_KEY = KIT_PLUGIN_ID + ":hooks/hooks.json:session_start:0:0"
-CODEX_HOOK_STATE = Pattern(r"""\s*\[\s*hooks\s*\.\s*state\s*\.\s*["']%s["']\s*(\])"""
-                           % CODEX_HOOK_KEY.replace(".", "\\."))
-
-
-def codex_hook_distrust(found, handler):
-    """(why, fix) when Codex has not trusted the kit's hook `handler`, or None
-    (trusted, or a handler whose hash is not known: a Windows one)."""
-    if set(handler) != {"type", "command"} or not isinstance(handler["command"], str):
-        return None
-    import hashlib
-    seen = {"event_name": "session_start", "hooks": [{"async": False, "command": handler["command"],
-                                                      "timeout": 600, "type": "command"}]}
+def json_text(document):
+    # The form print-config has always printed: the default stays byte for byte.
     import json
-    digest = "sha256:" + hashlib.sha256(json.dumps(
-        seen, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
-    config = os.path.join(PLACES["codex"](found["environ"], None, found["platform"]), "config.toml")
-    try:
-        state = toml_client_entry(user_text(read_regular(config, MAX_CLIENT_FILE)[0]),
-                                  CODEX_HOOK_STATE)
-    except (OSError, ValueError):
-        state = None
-    if state and state["env"].get("trusted_hash") == digest:
-        return None
-    return ("is not trusted by Codex, which skips it without a word",
-            "start `codex` in %s once and choose to trust the hooks" % shown_path(
-                found.get("root") or "your project"))
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
-# §6 rule 25: variables that make the interpreter or the loader run other
-# code (DYLD_* too), which no entry of this server needs.
-LOADER_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
-                    "PYTHONINSPECT", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT")
-MAX_ARCHIVE = 64 * 1024 * 1024       # bytes of a kit's .pyz worth comparing
-MAX_KIT_ENTRIES = 1000               # a kit holds a score; a folder of more is no kit of ours
+def reject_surrogates(text):
+    """A lone surrogate (an undecodable byte of a path) has no UTF-8 form."""
+    if any("\ud800" <= char <= "\udfff" for char in text):
+        raise ValueError("not valid UTF-8")
 
 
-def entry_program(entry):
-    """The program an entry runs: its first argument after an interpreter, else its command."""
-    command, args = entry["command"] or "", entry["args"]
-    return args[0] if INTERPRETER.match(os.path.basename(command)) and args else command
+TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n",
+                "\f": "\\f", "\r": "\\r"}
 
 
-def kit_changeable(folder, platform=PLATFORM):
-    """What of a kit's folder another user can change, said in words, or
-    None (§6 rule 25): the folder, or anything in it, that belongs to
-    another user (not root) or that group or others can write.  Links are
-    judged, not followed; a folder of more than MAX_KIT_ENTRIES entries is
-    judged no kit."""
-    if not PLATFORMS[platform]["posix_files"] or not folder:
-        return None
-    trusted, seen = (os.geteuid(), 0), 0
-    for directory, folders, files in os.walk(folder) if os.path.isdir(folder) else [(folder, (), ())]:
-        for path in [directory] + [os.path.join(directory, name) for name in folders + files]:
-            seen += 1
-            if seen > MAX_KIT_ENTRIES:
-                return "%s holds more than %d files" % (shown_path(folder), MAX_KIT_ENTRIES)
-            try:
-                status = os.lstat(path)
-            except OSError:
-                continue
-            import stat
-            if status.st_uid not in trusted:
-                return "%s belongs to another user (uid %d)" % (shown_path(path), status.st_uid)
-            if status.st_mode & 0o022 and not stat.S_ISLNK(status.st_mode):
-                return "%s can be written by group or others (mode %04o)" % (
-                    shown_path(path), status.st_mode & 0o7777)
-    return None
+def quoted(value, escapes, also=""):
+    """A double-quoted TOML or YAML string: `escapes` gives the short escapes;
+    every other control character (and those in `also`) becomes \\uXXXX, valid
+    in both; the rest, astral characters included, is written as itself."""
+    reject_surrogates(value)
+    out = []
+    for char in value:
+        if char in escapes:
+            out.append(escapes[char])
+        elif char < " " or "\x7f" <= char <= "\x9f" or char in also:
+            out.append("\\u%04X" % ord(char))
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
 
 
-def disabled_kit(place, entry):
-    """The warning for a kit the client installed but disabled (for this
-    Workspace), with the client's command that enables it."""
-    where, enable = entry["kit"]["disabled"]
-    return "warn", None, "the memprove entry in %s is %s" % (place, where), enable
+def scalar_text(value, string):
+    """A boolean, an integer or (through `string`) a string, as TOML and YAML write them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return string(value)
 
 
-def running_archive(found):
-    """The bytes of the .pyz doctor runs from, read once (a kit's is compared with it)."""
-    if "archive" not in found:
-        found["archive"] = read_regular(found["program"], MAX_ARCHIVE + 1)[0]
-    return found["archive"]
+def toml_string(value):
+    # TOML forbids control characters (but tab) raw; C1 controls are escaped
+    # too, so that a terminal shows what is there.
+    return quoted(value, TOML_ESCAPES)
 
 
-def stale_kit(found, name, place, entry, program):
-    """The warning for a kit whose .pyz is not this one's bytes (plugin.md), or None."""
-    try:
-        # §6 rule 28: a FIFO or a device in the .pyz's place must not block or flood doctor.
-        installed = read_regular(program, MAX_ARCHIVE + 1)[0]
-        running = running_archive(found)
-    except OSError as error:
-        what = "is not a regular file" if not isinstance(error, (FileNotFoundError,
-                                                                  PermissionError)) else \
-            "cannot be read"
-        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which "
-                "%s" % (place, shown_path(program), what), print_config_line(found))
-    if installed == running:
-        return None
-    # The versions of the archives themselves: Codex's entry runs the kit's .pyz, which a
-    # kit written again replaces, while its copy's manifest keeps the version it was made of.
-    return ("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
-            "one, version %s" % (place, archive_version(installed, archive_module_version(
-                installed)), archive_version(running)),
-            kit_update_line(found, name, entry["kit"]["folder"]))
+def toml_key(key):
+    return key if TOML_BARE_KEY.match(key) else toml_string(key)
 
 
-DOCTOR_CHECKS = [
-    ("python", check_python),
-    ("config_dir", check_config_dir),
-    ("token", check_token),
-    ("data_dir", check_data_dir),
-    ("workspace", check_workspace),
-    ("daemon", check_daemon),
-    ("client", check_client),
-    ("hook", check_hook),
-]
+TOML_BARE_KEY = Pattern(r"[A-Za-z0-9_-]+\Z")
 
 
-# -- the client's memprove entry ---------------------------------------------
+def toml_value(value):
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    return scalar_text(value, toml_string)
+
+
+def toml_text(document, path=()):
+    """Key/value pairs under the table's header, then each sub-table after them
+    (a key written after a sub-table's header would belong to that sub-table)."""
+    simple = [(key, value) for key, value in document.items() if not isinstance(value, dict)]
+    tables = [(key, value) for key, value in document.items() if isinstance(value, dict)]
+    lines = []
+    if simple and path:
+        lines.append("[%s]" % ".".join(toml_key(key) for key in path))
+    lines += ["%s = %s" % (toml_key(key), toml_value(value)) for key, value in simple]
+    text = "\n".join(lines) + "\n" if lines else ""
+    for key, value in tables:
+        sub = toml_text(value, path + (key,))
+        text += ("\n" if text and sub else "") + sub
+    return text
+
+
+# YAML 1.1 (PyYAML) and 1.2 agree on these escapes in a double-quoted scalar.
+YAML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\0": "\\0", "\a": "\\a", "\b": "\\b",
+                "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r",
+                "\x1b": "\\e", "\x85": "\\N", "\xa0": "\\_", "\u2028": "\\L",
+                "\u2029": "\\P"}
+
+
+def yaml_string(value):
+    # YAML allows neither controls nor the BOM and U+FFFE/U+FFFF raw, and a
+    # parser would fold NEL, U+2028 and U+2029: all are escaped.
+    return quoted(value, YAML_ESCAPES, "\ufeff\ufffe\uffff")
+
+
+def yaml_key(key):
+    return key if YAML_PLAIN_KEY.match(key) else yaml_string(key)
+
+
+YAML_PLAIN_KEY = Pattern(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
+
+
+def yaml_scalar(value):
+    return scalar_text(value, yaml_string)
+
+
+def yaml_lines(value, indent):
+    """Block style: a mapping as `key: value` lines, a sequence as `- item`
+    lines; a mapping inside a sequence starts on the dash's line."""
+    pad = " " * indent
+    lines = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                lines.append("%s%s:" % (pad, yaml_key(key)))
+                lines += yaml_lines(item, indent + 2)
+            else:
+                lines.append("%s%s: %s" % (pad, yaml_key(key), yaml_inline(item)))
+    else:
+        for item in value:
+            if isinstance(item, (dict, list)) and item:
+                inner = yaml_lines(item, indent + 2)
+                lines.append("%s- %s" % (pad, inner[0][indent + 2:]))
+                lines += inner[1:]
+            else:
+                lines.append("%s- %s" % (pad, yaml_inline(item)))
+    return lines
+
+
+def yaml_inline(value):
+    if isinstance(value, dict):
+        return "{}"
+    if isinstance(value, list):
+        return "[]"
+    return yaml_scalar(value)
+
+
+def yaml_text(document):
+    return "\n".join(yaml_lines(document, 0)) + "\n"
+
+
+WRITERS = {"json": json_text, "toml": toml_text, "yaml": yaml_text}
+
+
+# -- reading a client's entry ------------------------------------------------------
 # Only the entry named memprove is kept: nothing else in these files is
 # printed or held.  An entry is {"command", "args", "env", "keyed", "text"}:
 # `keyed` is every (key, value) it holds, `text` everything it holds, for the
@@ -6094,273 +4412,13 @@ DOCTOR_CHECKS = [
 # .continue/, .gemini/...), so reading one costs time in proportion to its
 # size whatever it holds (contract.md §6 rule 16).
 
-def find_client_entry(name, found):
-    """(file, entry, files looked at) of the first memprove entry, or (None, None, looked)."""
-    looked, root = [], found.get("root")
-    for base, parts, prefix in client_places(name, found["platform"]):
-        path = place_path(base, parts, found["environ"], root, found["platform"])
-        if path is None:
-            continue
-        keys = tuple(root if key == "<root>" else key for key in prefix) + entry_keys(name)
-        label = shown_path(path) + (" (projects[root])" if prefix else "")
-        looked.append(label)
-        if prefix and root is None:
-            continue
-        # Continue's project form is a folder of block files.
-        files = [path] if parts[-1] != "mcpServers" else \
-            sorted(os.path.join(path, item) for item in listing_or_none(path))
-        for one in files:
-            entry = read_client_entry(one, keys)
-            if entry is not None:
-                return (label if one == path else shown_path(one)), entry, looked
-    return None, None, looked
-
-
-# -- an entry installed from a kit ----------------------------------------------
-# plugin.md: Claude Code, Codex and Gemini CLI each record a kit they installed
-# in a place of their own; what the client runs is found from there, its root
-# variable replaced by the folder it stands for, and checked as a configured
-# entry is, but for the .pyz it names: a copy, the same bytes as this one.
-# Each finder gives the server file, the root variables' folders, the kit's
-# folder and the manifest that holds the installed version; or None.
-
-def claude_kit_entry(found):
-    """Claude Code: enabledPlugins in settings.json (false once disabled), the
-    marketplace's folder in known_marketplaces.json; it runs the kit's own
-    .mcp.json, in place."""
-    base = os.path.join(home_directory(found["environ"], found["platform"]), ".claude")
-    settings_path = os.path.join(base, "settings.json")
-    settings = small_json(settings_path)
-    enabled = settings.get("enabledPlugins") if isinstance(settings, dict) else None
-    state = enabled.get(KIT_PLUGIN_ID) if isinstance(enabled, dict) else None
-    if state is not True and state is not False:
-        return None
-    known = small_json(os.path.join(base, "plugins", "known_marketplaces.json"))
-    marketplace = known.get(KIT_NAME) if isinstance(known, dict) else None
-    folder = marketplace.get("installLocation") if isinstance(marketplace, dict) else None
-    if not isinstance(folder, str):
-        return None
-    plugin = os.path.join(folder, KIT_NAME)
-    return {"path": os.path.join(plugin, ".mcp.json"), "roots": {"${CLAUDE_PLUGIN_ROOT}": plugin},
-            "folder": folder, "manifest": os.path.join(plugin, ".claude-plugin", "plugin.json"),
-            "plugin": plugin,
-            "disabled": None if state else (
-                "disabled in %s (enabledPlugins)" % shown_path(settings_path), KIT_ENABLE["claude-code"])}
-
-
-def codex_kit_entry(found):
-    """Codex: the plugin in config.toml (`enabled = false` once disabled), the
-    marketplace's folder there too; it runs its copy's server file, in
-    plugins/cache."""
-    base = PLACES["codex"](found["environ"], None, found["platform"])
-    config_path = os.path.join(base, "config.toml")
-    try:
-        config = user_text(read_regular(config_path, MAX_CLIENT_FILE)[0])
-    except (OSError, ValueError):
-        return None
-    plugin = toml_client_entry(config, TOML_PLUGIN)
-    marketplace = toml_client_entry(config, TOML_MARKETPLACE)
-    state = plugin and plugin["env"].get("enabled")
-    if state not in ("true", "false") or not marketplace:
-        return None
-    cache = os.path.join(base, "plugins", "cache", KIT_NAME, KIT_NAME)
-    copies = sorted(listing_or_none(cache, ""))
-    if len(copies) != 1:                 # `codex plugin add` keeps one
-        return None
-    copy = os.path.join(cache, copies[0], ".codex-plugin")
-    return {"path": os.path.join(copy, "mcp.json"), "roots": {},
-            "folder": marketplace["env"].get("source"),
-            "manifest": os.path.join(copy, "plugin.json"), "plugin": os.path.dirname(copy),
-            "disabled": None if state == "true" else (
-                "disabled in %s (enabled = false)" % shown_path(config_path), KIT_ENABLE["codex"])}
-
-
-def gemini_kit_entry(found):
-    """Gemini CLI: its extension folder, a copy of the kit's (or, linked, the
-    kit's own: .gemini-extension-install.json says which).  The extension
-    may be disabled for the Workspace by extension-enablement.json."""
-    extensions = os.path.join(home_directory(found["environ"], found["platform"]), ".gemini",
-                              "extensions")
-    extension = os.path.join(extensions, KIT_NAME)
-    install = small_json(os.path.join(extension, ".gemini-extension-install.json"))
-    source = install.get("source") if isinstance(install, dict) else None
-    source = source if isinstance(source, str) else None
-    root = source if source and install.get("type") == "link" else extension
-    path = os.path.join(extension, "gemini-extension.json")
-    rules = os.path.join(extensions, "extension-enablement.json")
-    here = found.get("root") or working_directory()
-    return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
-            "folder": source and kit_folder_of(source), "manifest": path, "plugin": root,
-            "disabled": None if not here or gemini_enabled(small_json(rules), here) else (
-                "disabled for %s by %s" % (shown_path(here), shown_path(rules)),
-                fix(found, "in", path=here, name=KIT_ENABLE["gemini"]))}
-
-
-def gemini_enabled(rules, directory):
-    """Whether Gemini CLI runs the kit's extension in `directory`, by its
-    extension-enablement.json ({name: {"overrides": [rule, ...]}}, any other
-    shape ignored, as Gemini does): the last rule that matches decides, a
-    rule starting `!` disables, and with none the extension is enabled."""
-    entry = rules.get(KIT_NAME) if isinstance(rules, dict) else None
-    overrides = entry.get("overrides") if isinstance(entry, dict) else None
-    if not isinstance(overrides, list) or not all(isinstance(rule, str) for rule in overrides):
-        return True
-    # Gemini compares folders written with / and a / at each end.
-    here = directory.replace("\\", "/")
-    here = ("" if here.startswith("/") else "/") + here + ("" if here.endswith("/") else "/")
-    enabled = True
-    for rule in overrides:
-        disables = rule[:1] == "!"
-        if folder_glob_matches(rule[1:] if disables else rule, here):
-            enabled = not disables
-    return enabled
-
-
-def folder_glob_matches(glob, path):
-    """Whether Gemini's folder glob matches `path` whole: `/*` matches nothing
-    or a / and anything after it (a folder and those below it), any other
-    `*` anything.  Run as a set of positions in the glob, kept as the bits of
-    an integer and moved one character of `path` at a time, so no rule costs
-    more than its length times the path's (a regular expression of many
-    stars would backtrack)."""
-    tokens = []                          # characters, "*" and "/*"
-    for character in glob:
-        if character != "*":
-            tokens.append(character)
-            continue
-        star = "*"
-        if tokens[-1:] == ["/"]:
-            star = tokens.pop() + "*"
-        if tokens[-1:] in (["*"], ["/*"]):   # two stars in a row match what one of them would
-            star = "/*" if tokens.pop() == star == "/*" else "*"
-        tokens.append(star)
-    # The masks are built as bytes and made integers once: OR-ing bits into an
-    # integer one at a time would cost the rule's length squared (§6 rule 28).
-    # Only the path's characters can match, so only theirs are made.
-    size = len(tokens) // 8 + 1
-    masks = dict((character, bytearray(size)) for character in set(path) | {"*", "/*"})
-    for index, token in enumerate(tokens):
-        mask = masks.get(token)
-        if mask is not None:
-            mask[index >> 3] |= 1 << (index & 7)
-    literal = dict((key, int.from_bytes(bytes(mask), "little")) for key, mask in masks.items())
-    stars, slash_stars = literal.pop("*"), literal.pop("/*")
-    # Bit i of `at`: before token i; of `inside`: within the "/*" at i, past its /.
-    # No two star tokens are neighbours, so one step of skipping is the whole closure.
-    at, inside = 1, 0
-    at |= (at & (stars | slash_stars)) << 1
-    for character in path:
-        if character == "/":
-            inside |= at & slash_stars
-        at = ((at & literal.get(character, 0)) << 1) | (at & stars)
-        at |= ((at & (stars | slash_stars)) | inside) << 1
-        if not at and not inside:
-            return False
-    return bool(at >> len(tokens) & 1)
-
-
-def kit_folder_of(source):
-    """The kit's folder from the extension's source: the kit's own folder, or
-    (a kit written before the extension moved to the kit's root) its plugin's."""
-    if os.path.isfile(os.path.join(source, ".claude-plugin", "marketplace.json")):
-        return source
-    return os.path.dirname(source)
-
-
-KIT_FINDERS = {"claude-code": claude_kit_entry, "codex": codex_kit_entry,
-               "gemini": gemini_kit_entry}
-
-
-def find_kit_entry(name, found):
-    """(file, entry) of the memprove server a kit installed in client `name`,
-    or (None, None); the entry's "kit" holds the kit's folder and version."""
-    finder = KIT_FINDERS.get(name)
-    kit = finder(found) if finder else None
-    entry = kit and kit_server_entry(kit["path"], kit["roots"])
-    if not entry:
-        return None, None
-    manifest = small_json(kit["manifest"])
-    version = manifest.get("version") if isinstance(manifest, dict) else None
-    entry["kit"] = {"folder": kit["folder"] if isinstance(kit["folder"], str) else None,
-                    "version": version if isinstance(version, str) else "unknown",
-                    "disabled": kit.get("disabled"), "plugin": kit["plugin"]}
-    return "%s (from a plugin kit)" % shown_path(kit["path"]), entry
-
-
-def kit_server_entry(path, roots):
-    """The memprove entry of a kit's server file, each root variable in its
-    command and arguments replaced by the folder the client gives it."""
-    entry = read_client_entry(path, ("mcpServers", KIT_NAME))
-    if entry is None:
-        return None
-
-    def rooted(value):
-        for variable, folder in roots.items():
-            value = value.replace(variable, folder)
-        return value
-    entry["command"] = entry["command"] and rooted(entry["command"])
-    entry["args"] = [rooted(arg) for arg in entry["args"]]
-    return entry
-
-
-def small_json(path):
-    """A client's small JSON state file, or None."""
-    try:
-        return load_json(user_text(read_regular(path, MAX_CLIENT_FILE)[0]))
-    except (OSError, ValueError, RecursionError):
-        return None
-
-
-def archive_version(data, module_version=VERSION):
-    """The version of the archive `data` (of this module's VERSION unless
-    another is given): its bytes decide it, so that a client sees an update
-    as one."""
-    import hashlib
-    return "%s+%s" % (module_version, hashlib.sha256(data).hexdigest()[:12])
-
-
-ARCHIVE_VERSION = Pattern(r'(?m)^VERSION = "([0-9A-Za-z.+-]{1,32})"$')
-
-
-def archive_module_version(data):
-    """The VERSION another archive's module holds, read from its source (at most
-    64 KiB of it), or "unknown"."""
-    import io
-    import zipfile
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            with archive.open("memprove_mcp.py") as source:
-                found = ARCHIVE_VERSION.search(source.read(65536).decode("utf-8", "replace"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile, RuntimeError, EOFError):
-        return "unknown"
-    return found.group(1) if found else "unknown"
-
-
-def kit_update_line(found, name, folder):
-    """Write the kit again from this .pyz, then the client's update command."""
-    again = doctor_command(found, "mcp", "plugin", folder or "<the kit's folder>")
-    return "%s, then: %s" % (again, " && ".join(KIT_UPDATE[name]))
-
-
-def entry_keys(name):
-    """The keys down to the memprove entry, from the very shape print-config
-    writes: {"mcpServers": {"memprove": ...}} gives ("mcpServers", "memprove")."""
-    document = CLIENTS[name]["shape"]({"command": "", "args": [], "env": {}})
-    keys = []
-    while isinstance(document, dict) and len(document) == 1:
-        key = next(iter(document))
-        keys.append(key)
-        if key == "memprove":
-            break
-        document = document[key]
-    return tuple(keys)
-
-
-def listing_or_none(path, endings=(".yaml", ".yml")):
-    try:
-        return [item for item in os.listdir(path) if item.endswith(endings)]
-    except OSError:
-        return []
+MAX_CLIENT_FILE = 64 * 1024 * 1024   # ~/.claude.json keeps history and grows large
+MAX_TOML = 256 * 1024                # characters of a TOML file worth parsing whole
+MAX_CLIENT_LINE = 4096               # longer TOML and YAML lines are skipped (§6 rule 16)
+# A value that only names a variable, which the client expands when it starts
+# the server: how print-config --client gemini passes MEMPROVE_TOKEN_FILE.
+VARIABLE_REFERENCE = Pattern(r"(\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}"
+                             r"|\{env:[A-Za-z_][A-Za-z0-9_]*\})\Z")
 
 
 def read_client_entry(path, keys):
@@ -6376,6 +4434,21 @@ def read_client_entry(path, keys):
         return parsed_toml_entry(data, keys) if toml_parser() and len(data) <= MAX_TOML else \
             honest(toml_client_entry(data), data, TOML_UNREAD)
     return honest(yaml_client_entry(data), data, YAML_UNREAD)
+
+
+def small_json(path):
+    """A client's small JSON state file, or None."""
+    try:
+        return load_json(user_text(read_regular(path, MAX_CLIENT_FILE)[0]))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def listing_or_none(path, endings=(".yaml", ".yml")):
+    try:
+        return [item for item in os.listdir(path) if item.endswith(endings)]
+    except OSError:
+        return []
 
 
 def toml_parser():
@@ -6473,8 +4546,6 @@ def keyed_values(value):
 # skipped, and each line is read by a scanner that only moves forward.
 
 TOML_TABLE = Pattern(r"""\s*\[\s*mcp_servers\s*\.\s*["']?memprove["']?\s*(\]|\.)""")
-TOML_PLUGIN = Pattern(r"""\s*\[\s*plugins\s*\.\s*["']memprove@memprove["']\s*(\])""")
-TOML_MARKETPLACE = Pattern(r"""\s*\[\s*marketplaces\s*\.\s*["']?memprove["']?\s*(\])""")
 YAML_KEYED = Pattern(r"""(\s*)(-\s+)?["']?memprove["']?\s*:\s*(#.*)?\Z""")
 YAML_NAMED = Pattern(r"""(\s*)-\s+(\{[^}]*)?name\s*:\s*["']?memprove["']?\s*[,}]?""")
 
@@ -6626,6 +4697,2058 @@ def scalar_at(line, index):
         return line[index + 1:close], close + 1
     match = PLAIN_VALUE.match(line, index)
     return match.group().strip(), match.end()
+
+
+# ---------------------------------------------------------------------------
+# 13. The clients
+# ---------------------------------------------------------------------------
+# Everything the module knows of one client is one record of CLIENTS (the
+# Client class says what each attribute holds): the entry print-config prints
+# and where the client keeps it, the environment it gives a server and the
+# command that adds one, its files in the kit and the commands that install,
+# update, enable and remove the kit, how doctor finds the kit it installed,
+# and its session-start hook.  What only one client needs is written just
+# above the table, under that client's name; what several share comes first.
+
+KIT_NAME = "memprove"                  # the marketplace's, the plugin's and the extension's
+KIT_PLUGIN_ID = KIT_NAME + "@" + KIT_NAME
+KIT_ARCHIVE = "memprove_mcp.pyz"
+
+
+class Client(object):
+    """One client's record.  Every attribute but `label` may be left out.
+
+    Its MCP entry (print-config, doctor):
+      format        json, toml or yaml (WRITERS), or None for a client with
+                    no configuration file of ours (Claude Desktop: the kit only)
+      shape         server -> the document print-config prints
+      env           (environ, workspace) -> more (name, value) pairs for the
+                    entry's environment, or None
+      where         print-config's standard-error line's place: {project} stands
+                    for the project file, {user} for the first user file
+      project_file  path parts of its project file under the Workspace root
+      user_files    (base, path parts, keys before the client's own) of each of
+                    its user files, the base one of PLACES and "<root>" in the keys
+                    the Workspace root; a tuple, or a dict by platform ("posix"
+                    for Linux and any platform not named)
+      expands       what it replaces in its configuration's values (refused in a path)
+      agent         the name it sends as clientInfo.name
+      passes        (environ, the entry's env, the names env_vars lists) -> the
+                    environment it starts a server with
+      adds          (interpreter, .pyz, configuration directory, environ) -> the
+                    words of its own command that adds the entry, or None
+    Its plugin kit (mcp plugin):
+      label         its name in the commands printed
+      kit_server    kit -> the server entry of its kit files, or None
+      kit_expands   what it expands in the kit's values (refused in a path)
+      kit_files     ((path parts, kit -> a document or bytes), ...) of its own files
+      kit_hooks     path parts of the hooks file it reads in the kit, or None
+      install, update, remove   its commands ({folder}, {bundle}, {open} filled in)
+      enable        its command that enables a kit it disabled
+      find_kit      found -> where it recorded the kit it installed, or None
+    Its session-start hook:
+      hook_variable the variable it sets for the hooks it runs, or None (no hook)
+      hook_files    (base, path parts) of its files that may hold a hook entry,
+                    the user's last (print-config --hook names that one)
+      hook_form     how its handler names the command on Windows (HOOK_FORMS)
+      hook_distrust (found, handler) -> (why, fix) when it would skip the kit's
+                    hook until the user trusts it, or None
+    """
+
+    def __init__(self, label, **facts):
+        self.label = label
+        self.format = self.shape = self.env = self.where = self.project_file = None
+        self.user_files, self.expands, self.agent, self.adds = (), (), None, None
+        self.passes = passes_everything
+        self.kit_server = self.kit_hooks = self.find_kit = self.enable = None
+        self.kit_expands, self.kit_files, self.install, self.update, self.remove = (), (), (), (), ()
+        self.hook_variable, self.hook_files, self.hook_form, self.hook_distrust = None, (), None, None
+        for name, value in facts.items():
+            if not hasattr(self, name):
+                raise TypeError("a client has no %r" % name)
+            setattr(self, name, value)
+        if not isinstance(self.user_files, dict):
+            self.user_files = {"posix": self.user_files}
+
+    def places(self, platform=PLATFORM):
+        """(base, path parts, keys) of every file the client keeps its entry in
+        on `platform`: the project file first, then the user files."""
+        user = self.user_files.get(platform) or self.user_files["posix"]
+        return ([("root", self.project_file, ())] if self.project_file else []) + list(user)
+
+
+# -- where clients keep their files ---------------------------------------------
+
+def home_directory(environ, platform=PLATFORM):
+    """The user's home as clients find it: %USERPROFILE% on Windows, $HOME elsewhere."""
+    return environ.get(PLATFORMS[platform]["home"]) or os.path.expanduser("~")
+
+
+def xdg_config_home(environ, platform=PLATFORM):
+    value = environ.get("XDG_CONFIG_HOME")
+    return value if value and os.path.isabs(value) else \
+        os.path.join(home_directory(environ, platform), ".config")
+
+
+def roaming_app_data(environ, platform=PLATFORM):
+    return environ.get("APPDATA") or os.path.join(home_directory(environ, platform), "AppData",
+                                                  "Roaming")
+
+
+# The directories clients keep their files under: (environ, Workspace root,
+# platform) -> a directory, or None.
+PLACES = {
+    "root": lambda environ, root, platform: root,
+    "home": lambda environ, root, platform: home_directory(environ, platform),
+    "xdg": lambda environ, root, platform: xdg_config_home(environ, platform),
+    "appdata": lambda environ, root, platform: roaming_app_data(environ, platform),
+    "codex": lambda environ, root, platform: environ.get("CODEX_HOME") or os.path.join(
+        home_directory(environ, platform), ".codex"),
+}
+
+
+def place_path(base, parts, environ, root, platform=PLATFORM):
+    """The path of a client's file (see PLACES), or None when it has no base here."""
+    directory = PLACES[base](environ, root, platform)
+    return os.path.join(directory, *parts) if directory else None
+
+
+# -- what several clients share ---------------------------------------------------
+# Nothing in an entry ever holds a token, a data directory or a value the
+# user set: only variable names.
+
+# Codex hands a server only a short list of variables plus those named in
+# `env_vars`: these are the ones the server reads from a user's shell.
+SHELL_VARIABLES = ("MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR",
+                   "MEMPROVE_WORKSPACE", "MEMPROVE_TIMEOUT", "MEMPROVE_AGENT_NAME",
+                   "MEMPROVE_AGENT_ROLE", "MEMPROVE_PARENT_SESSION", "MEMPROVE_MCP_LOG")
+
+
+def servers_entry(top, stdio_type=False, trailing=()):
+    """The common JSON shape `{top: {"memprove": {[type,] command, args, env, ...}}}`."""
+    def shape(server):
+        entry = {"type": "stdio"} if stdio_type else {}
+        entry["command"] = server["command"]
+        entry["args"] = server["args"]
+        entry["env"] = server["env"]
+        entry.update(trailing)
+        return {top: {"memprove": entry}}
+    return shape
+
+
+def workspace_folder(environ, workspace):
+    """Cursor and VS Code expand ${workspaceFolder} in `env`; --workspace already
+    names the project, and two sources would only confuse a reader."""
+    return [] if workspace else [("MEMPROVE_WORKSPACE", "${workspaceFolder}")]
+
+
+# What the server reads from its environment (the token, the data directory,
+# the Workspace) is only what the client passes on (its record's `passes`);
+# doctor --client judges those in that environment (clients-verified.md,
+# measured).
+def passes_everything(environ, entry_env, names=()):
+    return dict(environ, **entry_env)
+
+
+# A record's `adds`, measured with the pinned clients: run as printed, each
+# writes the entry doctor then finds (Claude Code's local scope:
+# ~/.claude.json for the repository's root; Codex: config.toml, without
+# `env_vars`, which its command cannot write; Gemini CLI's user settings,
+# which need no trusted folder).  Claude Code and Codex take the server's
+# words after `--`; Gemini CLI its command before `--` and the arguments
+# after it.
+def adds_after_dashes(client, env_option):
+    """The add command of a client that takes the server's words after `--`."""
+    def adds(python, program, config_dir, environ):
+        return [client, "mcp", "add", KIT_NAME, env_option, "MEMPROVE_CONFIG_DIR=" + config_dir,
+                "--", python, program, "mcp", "serve", "--config-dir", config_dir]
+    return adds
+
+
+def kit_server(root, stdio_type=False, trailing=(), client=None):
+    """The server entry of a kit file: this interpreter, the kit's .pyz
+    through `root` (a client's root variable, or a function of the kit that
+    gives the folder), and print-config's arguments and environment (that of
+    `client`'s entry: Gemini's passes the token file by reference)."""
+    def shape(kit):
+        entry = {"type": "stdio"} if stdio_type else {}
+        entry["command"] = kit["python"]
+        entry["args"] = [(root if isinstance(root, str) else root(kit)) + KIT_ARCHIVE] + kit["args"]
+        entry["env"] = {"MEMPROVE_CONFIG_DIR": kit["config_dir"]}
+        if client and CLIENTS[client].env:
+            entry["env"].update(CLIENTS[client].env(kit["environ"], None))
+        entry.update(trailing)
+        return entry
+    return shape
+
+
+def kit_plugin_folder(kit):
+    return os.path.join(kit["folder"], KIT_NAME, "")
+
+
+# -- Claude Code -------------------------------------------------------------------
+# A record's `find_kit` (plugin.md): Claude Code, Codex and Gemini CLI each
+# record a kit they installed in a place of their own; doctor finds what the
+# client runs from there, its root variable replaced by the folder it stands
+# for, and checks it as a configured entry, but for the .pyz it names: a
+# copy, the same bytes as this one.  Each gives the server file ("path"), the
+# root variables' folders ("roots"), the kit's folder, the manifest that
+# holds the installed version, the plugin's folder, and (why, fix) when the
+# client disabled it; or None.
+
+def claude_kit_entry(found):
+    """Claude Code: enabledPlugins in settings.json (false once disabled), the
+    marketplace's folder in known_marketplaces.json; it runs the kit's own
+    .mcp.json, in place."""
+    base = os.path.join(home_directory(found.environ, found.platform), ".claude")
+    settings_path = os.path.join(base, "settings.json")
+    settings = small_json(settings_path)
+    enabled = settings.get("enabledPlugins") if isinstance(settings, dict) else None
+    state = enabled.get(KIT_PLUGIN_ID) if isinstance(enabled, dict) else None
+    if state is not True and state is not False:
+        return None
+    known = small_json(os.path.join(base, "plugins", "known_marketplaces.json"))
+    marketplace = known.get(KIT_NAME) if isinstance(known, dict) else None
+    folder = marketplace.get("installLocation") if isinstance(marketplace, dict) else None
+    if not isinstance(folder, str):
+        return None
+    plugin = os.path.join(folder, KIT_NAME)
+    return {"path": os.path.join(plugin, ".mcp.json"), "roots": {"${CLAUDE_PLUGIN_ROOT}": plugin},
+            "folder": folder, "manifest": os.path.join(plugin, ".claude-plugin", "plugin.json"),
+            "plugin": plugin,
+            "disabled": None if state else (
+                "disabled in %s (enabledPlugins)" % shown_path(settings_path),
+                CLIENTS["claude-code"].enable)}
+
+
+# -- Codex CLI ---------------------------------------------------------------------
+
+def codex_entry(server):
+    # TOML: the writer puts the scalars and arrays under [mcp_servers.memprove]
+    # and the env table after them as [mcp_servers.memprove.env].
+    return {"mcp_servers": {"memprove": {
+        "command": server["command"], "args": server["args"],
+        "env_vars": list(SHELL_VARIABLES), "env": server["env"]}}}
+
+
+# Codex passes a few variables of its own, then those `env_vars` names.
+CODEX_PASSES = ("HOME", "LANG", "LC_ALL", "PATH", "SHELL", "TERM", "TMPDIR", "USER", "LOGNAME",
+                "SSL_CERT_FILE", "SSL_CERT_DIR", "USERPROFILE", "APPDATA", "LOCALAPPDATA",
+                "SYSTEMROOT", "PATHEXT", "TEMP", "TMP")
+
+
+def passes_what_codex_names(environ, entry_env, names=()):
+    kept = dict((name, environ[name]) for name in CODEX_PASSES + tuple(names) if name in environ)
+    return dict(kept, **entry_env)
+
+
+# The lines of config.toml where Codex records the plugin and its marketplace.
+TOML_PLUGIN = Pattern(r"""\s*\[\s*plugins\s*\.\s*["']memprove@memprove["']\s*(\])""")
+TOML_MARKETPLACE = Pattern(r"""\s*\[\s*marketplaces\s*\.\s*["']?memprove["']?\s*(\])""")
+
+
+def codex_kit_entry(found):
+    """Codex: the plugin in config.toml (`enabled = false` once disabled), the
+    marketplace's folder there too; it runs its copy's server file, in
+    plugins/cache."""
+    base = PLACES["codex"](found.environ, None, found.platform)
+    config_path = os.path.join(base, "config.toml")
+    try:
+        config = user_text(read_regular(config_path, MAX_CLIENT_FILE)[0])
+    except (OSError, ValueError):
+        return None
+    plugin = toml_client_entry(config, TOML_PLUGIN)
+    marketplace = toml_client_entry(config, TOML_MARKETPLACE)
+    state = plugin and plugin["env"].get("enabled")
+    if state not in ("true", "false") or not marketplace:
+        return None
+    cache = os.path.join(base, "plugins", "cache", KIT_NAME, KIT_NAME)
+    copies = sorted(listing_or_none(cache, ""))
+    if len(copies) != 1:                 # `codex plugin add` keeps one
+        return None
+    copy = os.path.join(cache, copies[0], ".codex-plugin")
+    return {"path": os.path.join(copy, "mcp.json"), "roots": {},
+            "folder": marketplace["env"].get("source"),
+            "manifest": os.path.join(copy, "plugin.json"), "plugin": os.path.dirname(copy),
+            "disabled": None if state == "true" else (
+                "disabled in %s (enabled = false)" % shown_path(config_path),
+                CLIENTS["codex"].enable)}
+
+
+# Codex keeps the hooks the user trusted in config.toml, each under a key
+# naming the plugin, the file, the event and the handler's place, with the
+# SHA-256 of the handler as Codex sees it (its defaults filled in); measured
+# with Codex 0.171.0 (session-start.md).
+CODEX_HOOK_KEY = KIT_PLUGIN_ID + ":hooks/hooks.json:session_start:0:0"
+CODEX_HOOK_STATE = Pattern(r"""\s*\[\s*hooks\s*\.\s*state\s*\.\s*["']%s["']\s*(\])"""
+                           % CODEX_HOOK_KEY.replace(".", "\\."))
+
+
+def codex_hook_distrust(found, handler):
+    """(why, fix) when Codex has not trusted the kit's hook `handler`, or None
+    (trusted, or a handler whose hash is not known: a Windows one)."""
+    if set(handler) != {"type", "command"} or not isinstance(handler["command"], str):
+        return None
+    import hashlib
+    seen = {"event_name": "session_start", "hooks": [{"async": False, "command": handler["command"],
+                                                      "timeout": 600, "type": "command"}]}
+    import json
+    digest = "sha256:" + hashlib.sha256(json.dumps(
+        seen, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+    config = os.path.join(PLACES["codex"](found.environ, None, found.platform), "config.toml")
+    try:
+        state = toml_client_entry(user_text(read_regular(config, MAX_CLIENT_FILE)[0]),
+                                  CODEX_HOOK_STATE)
+    except (OSError, ValueError):
+        state = None
+    if state and state["env"].get("trusted_hash") == digest:
+        return None
+    return ("is not trusted by Codex, which skips it without a word",
+            "start `codex` in %s once and choose to trust the hooks" % shown_path(
+                found.root or "your project"))
+
+
+# -- Gemini CLI --------------------------------------------------------------------
+
+# Gemini CLI drops every inherited variable whose name holds one of these
+# (its environment sanitising), then expands `$VAR` in the entry's env from
+# its own environment.
+GEMINI_DROPS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "AUTH", "CREDENTIAL", "CREDS",
+                "PRIVATE", "CERT")
+
+
+def passes_what_gemini_keeps(environ, entry_env, names=()):
+    kept = dict((name, value) for name, value in environ.items()
+                if not any(word in name.upper() for word in GEMINI_DROPS))
+    for name, value in entry_env.items():
+        reference = VARIABLE_REFERENCE.match(value)
+        kept[name] = environ.get(value.strip("${}"), "") if reference else value
+    return kept
+
+
+def gemini_adds(python, program, config_dir, environ):
+    reference = []
+    for name, value in token_file_reference(environ, None):
+        reference += ["-e", "%s=%s" % (name, value)]
+    return ["gemini", "mcp", "add", "-s", "user", KIT_NAME, "-e",
+            "MEMPROVE_CONFIG_DIR=" + config_dir] + reference + [
+        python, "--", program, "mcp", "serve", "--config-dir", config_dir]
+
+
+def token_file_reference(environ, workspace):
+    """Gemini drops inherited variables whose names hold TOKEN; it expands
+    `$VAR` in `env`, so a reference (a name, never the value) passes the
+    token file the user set.  Only when one is set: an unset reference would
+    reach the server as a literal `$MEMPROVE_TOKEN_FILE`."""
+    return [("MEMPROVE_TOKEN_FILE", "$MEMPROVE_TOKEN_FILE")] if environ.get("MEMPROVE_TOKEN_FILE") else []
+
+
+def kit_gemini_extension(kit):
+    return {"name": KIT_NAME, "version": kit["version"],
+            "mcpServers": {KIT_NAME: CLIENTS["gemini"].kit_server(kit)},
+            "contextFileName": KIT_GEMINI_CONTEXT}
+
+
+# Gemini's context file stays through a compression, which drops what the
+# hook gave; Gemini runs no hook after one.
+KIT_GEMINI_CONTEXT = "GEMINI.md"
+KIT_GEMINI_TEXT = """# memprove
+
+This project keeps its working memory in the memprove ledger. If no memprove Pack (a text
+opening with "Resuming Task") is in this conversation, call the `pack` tool of the memprove
+server before anything else.
+"""
+
+
+def gemini_kit_entry(found):
+    """Gemini CLI: its extension folder, a copy of the kit's (or, linked, the
+    kit's own: .gemini-extension-install.json says which).  The extension
+    may be disabled for the Workspace by extension-enablement.json."""
+    extensions = os.path.join(home_directory(found.environ, found.platform), ".gemini",
+                              "extensions")
+    extension = os.path.join(extensions, KIT_NAME)
+    install = small_json(os.path.join(extension, ".gemini-extension-install.json"))
+    source = install.get("source") if isinstance(install, dict) else None
+    source = source if isinstance(source, str) else None
+    root = source if source and install.get("type") == "link" else extension
+    path = os.path.join(extension, "gemini-extension.json")
+    rules = os.path.join(extensions, "extension-enablement.json")
+    here = found.root or working_directory()
+    return {"path": path, "roots": {"${extensionPath}": root, "${/}": os.sep},
+            "folder": source and kit_folder_of(source), "manifest": path, "plugin": root,
+            "disabled": None if not here or gemini_enabled(small_json(rules), here) else (
+                "disabled for %s by %s" % (shown_path(here), shown_path(rules)),
+                fix(found, "in", path=here, name=CLIENTS["gemini"].enable))}
+
+
+def gemini_enabled(rules, directory):
+    """Whether Gemini CLI runs the kit's extension in `directory`, by its
+    extension-enablement.json ({name: {"overrides": [rule, ...]}}, any other
+    shape ignored, as Gemini does): the last rule that matches decides, a
+    rule starting `!` disables, and with none the extension is enabled."""
+    entry = rules.get(KIT_NAME) if isinstance(rules, dict) else None
+    overrides = entry.get("overrides") if isinstance(entry, dict) else None
+    if not isinstance(overrides, list) or not all(isinstance(rule, str) for rule in overrides):
+        return True
+    # Gemini compares folders written with / and a / at each end.
+    here = directory.replace("\\", "/")
+    here = ("" if here.startswith("/") else "/") + here + ("" if here.endswith("/") else "/")
+    enabled = True
+    for rule in overrides:
+        disables = rule[:1] == "!"
+        if folder_glob_matches(rule[1:] if disables else rule, here):
+            enabled = not disables
+    return enabled
+
+
+def folder_glob_matches(glob, path):
+    """Whether Gemini's folder glob matches `path` whole: `/*` matches nothing
+    or a / and anything after it (a folder and those below it), any other
+    `*` anything.  Run as a set of positions in the glob, kept as the bits of
+    an integer and moved one character of `path` at a time, so no rule costs
+    more than its length times the path's (a regular expression of many
+    stars would backtrack)."""
+    tokens = []                          # characters, "*" and "/*"
+    for character in glob:
+        if character != "*":
+            tokens.append(character)
+            continue
+        star = "*"
+        if tokens[-1:] == ["/"]:
+            star = tokens.pop() + "*"
+        if tokens[-1:] in (["*"], ["/*"]):   # two stars in a row match what one of them would
+            star = "/*" if tokens.pop() == star == "/*" else "*"
+        tokens.append(star)
+    # The masks are built as bytes and made integers once: OR-ing bits into an
+    # integer one at a time would cost the rule's length squared (§6 rule 28).
+    # Only the path's characters can match, so only theirs are made.
+    size = len(tokens) // 8 + 1
+    masks = dict((character, bytearray(size)) for character in set(path) | {"*", "/*"})
+    for index, token in enumerate(tokens):
+        mask = masks.get(token)
+        if mask is not None:
+            mask[index >> 3] |= 1 << (index & 7)
+    literal = dict((key, int.from_bytes(bytes(mask), "little")) for key, mask in masks.items())
+    stars, slash_stars = literal.pop("*"), literal.pop("/*")
+    # Bit i of `at`: before token i; of `inside`: within the "/*" at i, past its /.
+    # No two star tokens are neighbours, so one step of skipping is the whole closure.
+    at, inside = 1, 0
+    at |= (at & (stars | slash_stars)) << 1
+    for character in path:
+        if character == "/":
+            inside |= at & slash_stars
+        at = ((at & literal.get(character, 0)) << 1) | (at & stars)
+        at |= ((at & (stars | slash_stars)) | inside) << 1
+        if not at and not inside:
+            return False
+    return bool(at >> len(tokens) & 1)
+
+
+def kit_folder_of(source):
+    """The kit's folder from the extension's source: the kit's own folder, or
+    (a kit written before the extension moved to the kit's root) its plugin's."""
+    if os.path.isfile(os.path.join(source, ".claude-plugin", "marketplace.json")):
+        return source
+    return os.path.dirname(source)
+
+
+# -- Claude Desktop: the kit's bundle alone -------------------------------------------
+
+def kit_bundle_manifest(kit):
+    """Claude Desktop's MCP Bundle manifest (mcpb 0.3): the bundle is made on
+    this machine for this machine, so its command is this interpreter."""
+    server = CLIENTS["claude-desktop"].kit_server(kit)
+    return {"manifest_version": "0.3", "name": KIT_NAME, "version": kit["version"],
+            "description": KIT_DESCRIPTION, "author": KIT_AUTHOR,
+            "server": {"type": "python", "entry_point": KIT_ARCHIVE,
+                       "mcp_config": {"command": server["command"], "args": server["args"],
+                                      "env": server["env"]}},
+            "compatibility": {"platforms": [PLATFORM],
+                              "runtimes": {"python": ">=3.6"}}}
+
+
+def bundle_file(kit):
+    return zip_bytes([("manifest.json", json_text(kit_bundle_manifest(kit)).encode("utf-8")),
+                      (KIT_ARCHIVE, kit["archive"])])
+
+
+# -- OpenCode, Continue, Goose ---------------------------------------------------------
+
+def opencode_entry(server):
+    # OpenCode takes the command and its arguments as one list.
+    return {"mcp": {"memprove": {
+        "type": "local", "command": [server["command"]] + server["args"],
+        "environment": server["env"], "enabled": True}}}
+
+
+def continue_entry(server):
+    # Continue's mcpServers is a list of named blocks, not a map.
+    return {"mcpServers": [{
+        "name": "memprove", "type": "stdio", "command": server["command"],
+        "args": server["args"], "env": server["env"]}]}
+
+
+def goose_entry(server):
+    return {"extensions": {"memprove": {
+        "name": "memprove", "type": "stdio", "cmd": server["command"],
+        "args": server["args"], "envs": server["env"], "enabled": True, "timeout": 300}}}
+
+
+# -- the table ----------------------------------------------------------------------
+
+CLIENTS = {
+    "claude-code": Client(
+        "Claude Code", agent="claude-code",
+        format="json", shape=servers_entry("mcpServers", stdio_type=True),
+        where="{project} (project scope) or in {user} (local or user scope)",
+        project_file=(".mcp.json",),
+        user_files=(("home", (".claude.json",), ("projects", "<root>")),
+                    ("home", (".claude.json",), ())),
+        expands=("${",), adds=adds_after_dashes("claude", "-e"),
+        kit_server=kit_server("${CLAUDE_PLUGIN_ROOT}/", stdio_type=True), kit_expands=("${",),
+        kit_files=(((KIT_NAME, ".claude-plugin", "plugin.json"), lambda kit: kit_plugin(kit)),
+                   ((KIT_NAME, ".mcp.json"), lambda kit: kit_servers(kit, "claude-code"))),
+        kit_hooks=(KIT_NAME, "hooks", "hooks.json"),
+        install=("claude plugin marketplace add {folder}", "claude plugin install " + KIT_PLUGIN_ID),
+        update=("claude plugin update " + KIT_PLUGIN_ID,),
+        enable="claude plugin enable " + KIT_PLUGIN_ID,
+        remove=("claude plugin uninstall " + KIT_PLUGIN_ID, "claude plugin marketplace remove memprove"),
+        find_kit=claude_kit_entry,
+        hook_variable="CLAUDECODE", hook_files=(("root", (".claude", "settings.json")),
+                                                ("home", (".claude", "settings.json"))),
+        hook_form="exec"),
+    "codex": Client(
+        "Codex CLI", agent="codex-mcp-client",
+        format="toml", shape=codex_entry, where="{user}",
+        user_files=(("codex", ("config.toml",), ()),),
+        passes=passes_what_codex_names, adds=adds_after_dashes("codex", "--env"),
+        # Codex 0.171.0 refuses an Agent Plugins server that names an interpreter by
+        # its path, and starts one in its copy of the plugin, where no Workspace is
+        # found: its own manifest (.codex-plugin/) starts the server in the session's
+        # folder, and passes the variables `env_vars` names, as its config.toml does.
+        kit_server=kit_server(kit_plugin_folder, trailing=(("env_vars", list(SHELL_VARIABLES)),)),
+        kit_expands=("${",),
+        kit_files=(((KIT_NAME, ".codex-plugin", "plugin.json"),
+                    lambda kit: kit_plugin(kit, servers="./.codex-plugin/mcp.json")),
+                   ((KIT_NAME, ".codex-plugin", "mcp.json"), lambda kit: kit_servers(kit, "codex"))),
+        kit_hooks=(KIT_NAME, "hooks", "hooks.json"),
+        install=("codex plugin marketplace add {folder}", "codex plugin add " + KIT_PLUGIN_ID),
+        # Codex has no enable command: adding the plugin again sets `enabled = true`.
+        update=("codex plugin add " + KIT_PLUGIN_ID,), enable="codex plugin add " + KIT_PLUGIN_ID,
+        remove=("codex plugin remove " + KIT_PLUGIN_ID, "codex plugin marketplace remove memprove"),
+        find_kit=codex_kit_entry,
+        hook_variable="PLUGIN_ROOT", hook_files=(("codex", ("hooks.json",)),), hook_form="cmd",
+        hook_distrust=codex_hook_distrust),
+    "gemini": Client(
+        "Gemini CLI", agent="gemini-cli-mcp-client",
+        format="json", shape=servers_entry("mcpServers"),
+        where="{project} (project) or in {user} (user); Gemini starts it only in a trusted folder",
+        project_file=(".gemini", "settings.json"), env=token_file_reference,
+        user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",),
+        passes=passes_what_gemini_keeps, adds=gemini_adds,
+        kit_server=kit_server("${extensionPath}${/}" + KIT_NAME + "${/}", client="gemini"),
+        kit_expands=("$",),
+        # Gemini CLI's extension is the kit's folder itself: its hooks file cannot be the
+        # plugin's, whose Windows handler Gemini would run without its arguments.
+        kit_files=((("gemini-extension.json",), kit_gemini_extension),
+                   ((KIT_GEMINI_CONTEXT,), lambda kit: KIT_GEMINI_TEXT.encode("utf-8"))),
+        kit_hooks=("hooks", "hooks.json"),
+        install=("gemini extensions install {folder} --consent",),
+        update=("gemini extensions update memprove",),
+        enable="gemini extensions enable memprove --scope workspace",     # in the Workspace
+        remove=("gemini extensions uninstall memprove",),   # it keeps its enablement file
+        find_kit=gemini_kit_entry,
+        hook_variable="GEMINI_SESSION_ID", hook_files=(("root", (".gemini", "settings.json")),
+                                                       ("home", (".gemini", "settings.json"))),
+        hook_form="powershell"),
+    "opencode": Client(
+        "OpenCode", format="json", shape=opencode_entry,
+        where="{project} (project) or in {user} (user)", project_file=("opencode.json",),
+        # OpenCode keeps the XDG layout on every platform, Windows too.
+        user_files=(("xdg", ("opencode", "opencode.json"), ()),), expands=("{env:", "{file:")),
+    "cline": Client(
+        "Cline", format="json",
+        shape=servers_entry("mcpServers", stdio_type=True, trailing=(("disabled", False),)),
+        where="{user}",
+        user_files=(("home", (".cline", "data", "settings", "cline_mcp_settings.json"), ()),)),
+    "continue": Client(
+        "Continue", format="yaml", shape=continue_entry,
+        # The `cn` CLI (1.5.47, tried) reads no block file in .continue/mcpServers/.
+        where="{user}, or a file you pass to `cn --config`",
+        user_files=(("root", (".continue", "mcpServers"), ()),
+                    ("home", (".continue", "config.yaml"), ()))),
+    "amp": Client(
+        "Amp", format="json", shape=servers_entry("amp.mcpServers"),
+        where="{project} (workspace, then `amp mcp approve memprove`) or in {user} (user)",
+        project_file=(".amp", "settings.json"),
+        user_files=(("home", (".config", "amp", "settings.json"), ()),)),
+    "cursor": Client(
+        "Cursor", format="json", shape=servers_entry("mcpServers", stdio_type=True),
+        where="{project} (project) or in {user} (user)",
+        project_file=(".cursor", "mcp.json"), env=workspace_folder,
+        user_files=(("home", (".cursor", "mcp.json"), ()),), expands=("${",)),
+    "vscode": Client(
+        "VS Code", format="json", shape=servers_entry("servers", stdio_type=True),
+        where="{project} (workspace) or in {user} (user, the default profile)",
+        project_file=(".vscode", "mcp.json"), env=workspace_folder,
+        user_files={"posix": (("xdg", ("Code", "User", "mcp.json"), ()),),
+                    "darwin": (("home", ("Library", "Application Support", "Code", "User",
+                                         "mcp.json"), ()),),
+                    "win32": (("appdata", ("Code", "User", "mcp.json"), ()),)},
+        expands=("${",)),
+    "windsurf": Client(
+        "Windsurf", format="json", shape=servers_entry("mcpServers"), where="{user}",
+        user_files=(("home", (".codeium", "windsurf", "mcp_config.json"), ()),)),
+    "zed": Client(
+        "Zed", format="json", shape=servers_entry("context_servers"),
+        where="{project} (project) or in {user} (user)", project_file=(".zed", "settings.json"),
+        # Zed reads XDG_CONFIG_HOME on Linux only.
+        user_files={"posix": (("xdg", ("zed", "settings.json"), ()),),
+                    "darwin": (("home", (".config", "zed", "settings.json"), ()),),
+                    "win32": (("appdata", ("Zed", "settings.json"), ()),)}),
+    "goose": Client(
+        "Goose", format="yaml", shape=goose_entry, where="{user}",
+        user_files={"posix": (("xdg", ("goose", "config.yaml"), ()),),
+                    # etcetera's Windows strategy: <home>\AppData\Roaming, whatever %APPDATA% says.
+                    "win32": (("home", ("AppData", "Roaming", "Block", "goose", "config",
+                                        "config.yaml"), ()),)}),
+    "claude-desktop": Client(
+        "Claude Desktop", kit_server=kit_server("${__dirname}/"), kit_expands=("${",),
+        kit_files=(((KIT_NAME + ".mcpb",), bundle_file),),
+        install=("{open} {bundle}",)),
+}
+# The clients print-config and doctor know, in the order of clients.md's table.
+CLIENT_NAMES = tuple(name for name, record in CLIENTS.items() if record.format)
+
+
+# ---------------------------------------------------------------------------
+# 14. mcp print-config
+# ---------------------------------------------------------------------------
+# clients.md: every form names the same server (the command, the arguments
+# `mcp serve --config-dir DIR [--workspace DIR]`, MEMPROVE_CONFIG_DIR in the
+# environment) in the shape and file format its client reads (its record's
+# `format` and `shape`).  Nothing here ever holds a token, a data directory or
+# a value the user set: only variable names.
+
+
+def print_config(options):
+    """Print the client entry that starts this server; write nothing anywhere."""
+    config_dir = config_directory(options.get("config_dir"), os.environ)
+    program = this_program()
+    args = ["mcp", "serve", "--config-dir", config_dir]
+    workspace = options.get("workspace")
+    if workspace:
+        workspace = os.path.abspath(os.path.expanduser(workspace))
+        args += ["--workspace", workspace]
+    if options.get("hook"):
+        return print_hook_config(options.get("client") or "claude-code", program, args[2:])
+    if options.get("python") or PLATFORMS[PLATFORM]["interpreter_first"]:
+        command, args = os.path.abspath(sys.executable), [program] + args
+    else:
+        command = program
+    root = find_workspace(os.environ, workspace).root
+    command, args, config_dir = utf8_text(command), [utf8_text(arg) for arg in args], \
+        utf8_text(config_dir)
+    name = options.get("client") or "claude-code"
+    expanded = expanded_by(name, [command] + args)
+    if expanded:
+        path, marker = expanded
+        sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
+                         "configuration; use a path without it.\n" % (shown_path(path), marker, name))
+        return 1
+    try:
+        text, where = client_entry(name, command, args, config_dir, os.environ,
+                                   workspace and utf8_text(workspace), root)
+        data = text.encode("utf-8")
+    except ValueError:                 # UnicodeEncodeError too: a lone surrogate
+        sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
+                         "no client could read it.\n")
+        return 1
+    write_stdout_bytes(data)
+    sys.stderr.write(where)
+    return 0
+
+
+def print_hook_config(name, program, options):
+    """Print client `name`'s session-start hook entry for its own file."""
+    record = CLIENTS[name]
+    if not record.hook_variable:
+        sys.stderr.write("memprove-mcp: %s runs no session-start hook; its model reads the "
+                         "server's instructions, which say to call pack first.\n" % name)
+        return 1
+    words = [utf8_text(os.path.abspath(sys.executable)), utf8_text(program), "mcp", "hook",
+             "session-start"] + [utf8_text(word) for word in options]
+    expanded = expanded_by(name, words)
+    if expanded:
+        sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
+                         "configuration; use a path without it.\n"
+                         % (shown_path(expanded[0]), expanded[1], name))
+        return 1
+    try:
+        text = json_text(hook_document(hook_handler(words + ["--client", name], (name,))))
+        data = text.encode("utf-8")
+    except ValueError:
+        sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
+                         "no client could read it.\n")
+        return 1
+    path = place_path(record.hook_files[-1][0], record.hook_files[-1][1], os.environ, None)
+    write_stdout_bytes(data)
+    sys.stderr.write("memprove-mcp: merge this into %s: its SessionStart list, beside any hook "
+                     "already there.\n" % shown_path(path))
+    return 0
+
+
+def expanded_by(name, values):
+    """(value, what) for the first value holding what client `name` expands in
+    its configuration (`${` for Claude Code, `$` for Gemini...), else None: a
+    path the client rewrites would start another server than the one printed."""
+    for value in values:
+        for marker in CLIENTS[name].expands:
+            if marker in value:
+                return value, marker
+    return None
+
+
+def client_entry(name, command, args, config_dir, environ, workspace=None, root=None):
+    """(standard output text, standard-error line) of `name`'s entry.
+
+    `environ` is read only to know whether MEMPROVE_TOKEN_FILE is set (gemini)
+    and where the client's files are, never for a value that goes into the
+    entry; `workspace` is the absolute --workspace or None; `root` is the
+    Workspace root for the client's project file (None when there is none to
+    give, as for a deleted working directory).
+    """
+    record = CLIENTS[name]
+    env = {"MEMPROVE_CONFIG_DIR": config_dir}
+    env.update(record.env(environ, workspace) if record.env else [])
+    document = record.shape({"command": command, "args": list(args), "env": env})
+    text = WRITERS[record.format](document)
+    places = record.places()
+    user = next(place_path(base, parts, environ, root) for base, parts, _ in places
+                if base != "root")
+    project = os.path.join(root or "<project>", *record.project_file) if record.project_file else None
+    place = record.where.format(project=shown_path(project or ""), user=shown_path(user))
+    return text, "memprove-mcp: put this entry in %s.\n" % place
+
+
+# ---------------------------------------------------------------------------
+# 15. The kit: mcp plugin
+# ---------------------------------------------------------------------------
+# plugin.md: the kit is written on the user's own machine, so every entry can
+# name this interpreter by its path, and the .pyz through the root variable of
+# the client that installed it (servers start in the session's directory, so
+# a relative path would not do), or, for Codex, whose plugin servers have no
+# such variable, by its path in the kit, which is read in place.  Each client
+# reads only its own files of the folder (its record's `kit_files`), so each
+# ends with exactly one `memprove` server.
+
+KIT_DESCRIPTION = ("The memprove ledger for coding agents: resume a Task from its Pack, record "
+                   "what you learn and decide, complete it on passed test runs.")
+KIT_AUTHOR = {"name": KIT_NAME}
+
+
+def kit_marketplace(kit):
+    # Claude Code and Codex read the same local marketplace.
+    return {"name": KIT_NAME, "owner": KIT_AUTHOR, "description": KIT_DESCRIPTION,
+            "plugins": [{"name": KIT_NAME, "source": "./" + KIT_NAME,
+                         "description": KIT_DESCRIPTION, "version": kit["version"]}]}
+
+
+def kit_plugin(kit, servers=None):
+    """A plugin manifest, Claude Code's (its servers in .mcp.json beside it) or
+    Codex's (`servers`: the file that holds them)."""
+    plugin = {"name": KIT_NAME, "version": kit["version"], "description": KIT_DESCRIPTION,
+              "author": KIT_AUTHOR}
+    if servers:
+        plugin["mcpServers"] = servers
+    return plugin
+
+
+def kit_servers(kit, client):
+    """The file of `client`'s server entry in the kit."""
+    return {"mcpServers": {KIT_NAME: CLIENTS[client].kit_server(kit)}}
+
+
+def kit_hooks(*clients):
+    """A hooks/hooks.json for `clients`, which read it from a plugin (Claude
+    Code and Codex from the plugin's folder, Gemini CLI from the extension's,
+    the kit's root): one SessionStart entry with no matcher (every source runs
+    it; an alternation made Gemini 0.61.0 run nothing) and no timeout (Claude
+    Code reads seconds, Gemini milliseconds; the command bounds itself)."""
+    return lambda kit: hook_document(hook_handler(kit["hook_words"], clients),
+                                     "The memprove Pack of the context's Task at every session start")
+
+
+def hook_document(handler, description=None):
+    document = {"description": description} if description else {}
+    document["hooks"] = {"SessionStart": [{"hooks": [handler]}]}
+    return document
+
+
+# How a client's hook handler names the command on Windows, where each runs
+# hooks its own way: Claude Code through Git Bash or PowerShell, or with no
+# shell when the handler has `args` (the one form that runs under Wine, whose
+# PowerShell is a stub); Codex through cmd.exe, from `commandWindows`; Gemini
+# CLI through PowerShell, where a quoted program needs the call operator.
+# Elsewhere all three run `command` with POSIX sh (Codex: $SHELL -lc).
+HOOK_FORMS = {
+    "cmd": lambda words: {"commandWindows": cmd_line(words)},
+    "powershell": lambda words: {"command": "& " + " ".join(
+        powershell_word(word) for word in words)},
+    "exec": lambda words: {"command": words[0], "args": words[1:]},
+}
+
+
+def hook_handler(words, clients, platform=PLATFORM):
+    """The handler that runs `words` for every one of `clients`: one command
+    for POSIX sh, or on Windows each client's form (HOOK_FORMS) side by side,
+    each client reading its own keys and leaving the others'."""
+    handler = {"type": "command"}
+    if PLATFORMS[platform]["hook_shell"] == "sh":
+        handler["command"] = " ".join(sh_word(word) for word in words)
+        return handler
+    forms = set(CLIENTS[name].hook_form for name in clients)
+    for form in HOOK_FORMS:              # "exec" last: its `command` is the program alone
+        if form in forms:
+            handler.update(HOOK_FORMS[form](words))
+    handler.setdefault("command", handler.get("commandWindows"))
+    return handler
+
+
+def kit_readme(kit):
+    return KIT_README.format(version=kit["version"], commands=kit["commands"])
+
+
+KIT_README = """\
+# memprove, as a plugin
+
+This folder was written by `memprove_mcp.pyz mcp plugin` (version {version}) for
+this machine: every entry names its interpreter by its path and the configuration
+directory the server reads its token from (never the token). Claude Code and Codex
+read the folder in place: keep it where it is. To update, write it again with the
+same command, then run the update commands below.
+
+{commands}"""
+
+
+def kit_files():
+    """(path parts, kit -> bytes) of every file of the kit: the marketplace
+    Claude Code and Codex read, each client's own files, one hooks file for
+    the clients that read it, the .pyz and the README."""
+    files = [((".claude-plugin", "marketplace.json"), kit_marketplace)]
+    hooks = {}
+    for name, record in CLIENTS.items():
+        files += list(record.kit_files)
+        if record.kit_hooks:
+            hooks.setdefault(record.kit_hooks, []).append(name)
+    files += [(parts, kit_hooks(*names)) for parts, names in hooks.items()]
+    files += [((KIT_NAME, KIT_ARCHIVE), lambda kit: kit["archive"]),
+              ((KIT_NAME, "README.md"), lambda kit: kit_readme(kit).encode("utf-8"))]
+    return [(parts, as_bytes(make)) for parts, make in files]
+
+
+def as_bytes(make):
+    """A kit file's maker that gives bytes: a document is written as JSON."""
+    def made(kit):
+        data = make(kit)
+        return data if isinstance(data, bytes) else json_text(data).encode("utf-8")
+    return made
+
+
+def zip_bytes(entries):
+    """A zip of (name, bytes) entries that is the same for the same entries on
+    every Python and zlib: build_zipapp.py's fixed date, host and mode, and
+    stored rather than deflated (the .pyz is compressed already, and deflate's
+    output may change with the zlib a Python carries)."""
+    import io
+    import zipfile
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as bundle:
+        for name, data in sorted(entries):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.create_system = 3
+            info.external_attr = 0o644 << 16
+            bundle.writestr(info, data)
+    return buffer.getvalue()
+
+
+def plugin(options):
+    """Write the kit into options["folder"] and print how to install it."""
+    folder = os.path.abspath(os.path.expanduser(options["folder"]))
+    try:
+        kit = kit_values(options, folder)
+        refusal = kit_refusal(kit, folder)
+    except ValueError as error:
+        refusal = str(error)
+    if refusal:
+        sys.stderr.write("memprove-mcp: %s\n" % refusal)
+        return 1
+    try:
+        write_kit(kit, folder)
+    except OSError as error:
+        sys.stderr.write("memprove-mcp: the kit could not be written in %s (%s); nothing "
+                         "changed there.\n" % (shown_path(folder), error.strerror or "error"))
+        return 1
+    write_stdout_bytes(kit["commands"].encode("utf-8"))
+    token = os.path.join(kit["config_dir"], "token")
+    if not os.path.isfile(token):
+        # The one place every client's server finds the token: Gemini CLI passes no variable
+        # whose name holds TOKEN, Codex only those its entry names.
+        sys.stderr.write("memprove-mcp: %s does not exist: put your token there (only you may "
+                         "read it), or the kit's server has none under Gemini CLI.\n"
+                         % shown_path(token))
+    return 0
+
+
+def kit_values(options, folder):
+    """What every file of the kit is made from; ValueError (its message the
+    line to print) when it cannot be made here."""
+    loader = globals().get("__loader__")
+    if not getattr(loader, "archive", None):
+        raise ValueError("mcp plugin copies the .pyz it runs from: run it as "
+                         "`python3 memprove_mcp.pyz mcp plugin DIR`.")
+    with open(loader.archive, "rb") as handle:
+        archive = handle.read()
+    config_dir = utf8_text(config_directory(options.get("config_dir"), os.environ))
+    args = ["mcp", "serve", "--config-dir", config_dir]
+    workspace = options.get("workspace")
+    if workspace:
+        args += ["--workspace", utf8_text(os.path.abspath(os.path.expanduser(workspace)))]
+    kit = {"python": utf8_text(os.path.abspath(sys.executable)), "config_dir": config_dir,
+           "args": args, "archive": archive, "folder": utf8_text(folder),
+           "environ": dict(os.environ)}
+    kit["hook_words"] = [kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE),
+                         "mcp", "hook", "session-start"] + args[2:]
+    kit["version"] = kit_version(kit)
+    kit["commands"] = kit_commands(folder, kit["version"])
+    return kit
+
+
+def kit_version(kit):
+    """The archive's version, and a digest of every other file that does not
+    name the version: whatever changes in the kit, a client sees an update."""
+    import hashlib
+    digest = hashlib.sha256()
+    for parts, make in kit_files():
+        if parts[-1] in KIT_UNVERSIONED:
+            digest.update("/".join(parts).encode("utf-8") + b"\0" + make(kit) + b"\0")
+    return "%s.%s" % (archive_version(kit["archive"]), digest.hexdigest()[:8])
+
+
+KIT_UNVERSIONED = (".mcp.json", "mcp.json", KIT_GEMINI_CONTEXT, "hooks.json")
+
+
+def kit_refusal(kit, folder):
+    """The line that refuses to write the kit, or None."""
+    for value in [kit["python"], kit["config_dir"]] + kit["args"] + [folder]:
+        try:
+            reject_surrogates(value)
+        except ValueError:
+            return "%s is not valid UTF-8; no client could read it." % shown_path(value)
+        if shown_path(value) is not value:
+            # §6 rule 29: no quoting keeps it on one line of the commands printed.
+            return ("%s holds a control character or a line break; use a path without "
+                    "it." % shown_path(value))
+        if "%" in value and PLATFORMS[PLATFORM]["hook_shell"] is None:
+            return ("%s holds %%, which cmd.exe would expand in Codex's hook; use a path "
+                    "without it." % shown_path(value))
+        for client in CLIENTS.values():
+            marker = next((marker for marker in client.kit_expands if marker in value), None)
+            # The folder too: every client reads it in the hook's command.
+            if marker:
+                return ("%s holds %s, which %s would expand in its configuration; use a "
+                        "path without it." % (shown_path(value), marker, client))
+    return kit_folder_refusal(folder)
+
+
+def kit_folder_refusal(folder, platform=PLATFORM):
+    """Why the kit may not be written into `folder`, or None (plugin.md): it
+    must be where no one else can change it (§6 rule 25), and not exist, be
+    empty, or hold only what a kit holds (§6 rule 26: writing the kit again
+    replaces the folder whole, so nothing else may be in it)."""
+    changeable = folder_others_can_change(folder, platform)
+    if changeable:
+        return ("%s: clients run the kit in place, so whoever can change it runs code as you; "
+                "give a folder only you can change." % changeable)
+    try:
+        status = os.lstat(folder)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        status = None
+    import stat
+    if status is None or not stat.S_ISDIR(status.st_mode):
+        return "%s is not a folder the kit can be written into." % shown_path(folder)
+    if not os.access(folder, os.W_OK) or not os.access(os.path.dirname(folder), os.W_OK):
+        # Moving it aside would fail half-way (a folder's `..` is written when it moves).
+        return "%s cannot be replaced: you may not write it or the folder it is in." % (
+            shown_path(folder))
+    other = not_of_a_kit(folder)
+    if other:
+        return ("%s holds %s, which no kit holds: give a new or empty folder, or one an "
+                "earlier `mcp plugin` wrote." % (shown_path(folder), shown_path(other)))
+    if os.listdir(folder) and not earlier_kit(folder):
+        return ("%s holds another marketplace: give a new or empty folder, or one an earlier "
+                "`mcp plugin` wrote." % shown_path(folder))
+    return None
+
+
+def earlier_kit(folder):
+    """Whether `folder`'s marketplace names memprove."""
+    try:
+        data = read_regular(os.path.join(folder, ".claude-plugin", "marketplace.json"), 65536)[0]
+        marketplace = load_json(data.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(marketplace, dict) and marketplace.get("name") == KIT_NAME
+
+
+def folder_others_can_change(folder, platform=PLATFORM):
+    """The first of `folder` (if it exists) and the folders above it that
+    another user (not root) owns or that group or others can write (a
+    sticky one like /tmp too: once the kit is gone, another user can make it
+    again), said in words; None where the system has no POSIX modes."""
+    if not PLATFORMS[platform]["posix_files"]:
+        return None
+    trusted = (os.geteuid(), 0)
+    places = list(path_and_parents(folder)) + list(path_and_parents(os.path.realpath(folder)))
+    for place in places:
+        try:
+            status = os.stat(place)
+        except OSError:
+            continue                     # not made yet: `mcp plugin` makes it, as its own
+        if status.st_uid not in trusted:
+            return "%s belongs to another user (uid %d)" % (shown_path(place), status.st_uid)
+        if status.st_mode & 0o022 and place != folder:
+            return "%s can be written by group or others (mode %04o)" % (
+                shown_path(place), status.st_mode & 0o7777)
+    return None
+
+
+def not_of_a_kit(folder):
+    """The first path in `folder` that is not a file or folder the kit
+    writes, of the kind it writes it (links never are), or None."""
+    import stat
+    files = set(os.path.join(*parts) for parts, _ in kit_files())
+    folders = set(os.path.dirname(name) for name in files) - {""}
+    folders |= set(os.path.dirname(name) for name in folders) - {""}
+    pending, seen = [""], 0
+    while pending:
+        relative = pending.pop()
+        for name in os.listdir(os.path.join(folder, relative)):
+            seen += 1
+            path = os.path.join(relative, name)
+            if seen > MAX_KIT_ENTRIES:
+                return path
+            mode = os.lstat(os.path.join(folder, path)).st_mode
+            if stat.S_ISDIR(mode) and path in folders:
+                pending.append(path)
+            elif not (stat.S_ISREG(mode) and path in files):
+                return os.path.join(folder, path)
+    return None
+
+
+def write_kit(kit, folder):
+    """Write the kit beside `folder` and rename it into place, so that no
+    client ever reads half a kit; an earlier kit (or an empty folder) is
+    moved aside first and removed after."""
+    import shutil
+    import tempfile
+    parent = os.path.dirname(folder)
+    if not os.path.isdir(parent):
+        os.makedirs(parent)
+    # Modes as any the user makes (mkdtemp's 0700 would hide the kit from the other users
+    # of a workstation an administrator seeds it for), never writable by group or others,
+    # whatever the umask: doctor fails a kit others can change (§6 rule 25).
+    mask = os.umask(0o022)
+    os.umask(mask)
+    fresh, old = tempfile.mkdtemp(prefix=".memprove-kit-", dir=parent), None
+    try:
+        for parts, make in kit_files():
+            path = os.path.join(fresh, *parts)
+            if not os.path.isdir(os.path.dirname(path)):
+                os.makedirs(os.path.dirname(path), 0o755 & ~mask)
+            with open(path, "wb") as handle:
+                handle.write(make(kit))
+            os.chmod(path, 0o644 & ~mask)
+        for directory, folders, _ in os.walk(fresh):
+            for name in folders:
+                os.chmod(os.path.join(directory, name), 0o755 & ~mask)
+        os.chmod(fresh, 0o755 & ~mask)
+        if os.path.lexists(folder):
+            old = tempfile.mkdtemp(prefix=".memprove-kit-old-", dir=parent)
+            os.rename(folder, os.path.join(old, "kit"))
+        try:
+            os.rename(fresh, folder)
+        except OSError:
+            if old:
+                os.rename(os.path.join(old, "kit"), folder)
+            raise
+    except BaseException:
+        # §6 rule 26: a failed run leaves nothing of its own beside the folder.
+        shutil.rmtree(fresh, ignore_errors=True)
+        if old and not os.path.lexists(os.path.join(old, "kit")):
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+KIT_PREFACE = (
+    "The memprove kit, version {version}, is in {folder}.",
+    "Claude Code and Codex read it in place: keep the folder where it is.",
+    "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
+    "Each session then starts with the Pack of the Task you work on (the kit's hook);",
+    "Codex runs that hook only once you trust it, and again after each update: start",
+    "`codex` once and trust the hooks.",
+    "To check it inside an agent: ask it to call the memprove tool `context` (in Claude Code,",
+    "/mcp lists the server too).",
+    "",
+)
+
+
+def kit_commands(folder, version, platform=PLATFORM):
+    """What standard output says after the kit is written: per client, the
+    commands that install it (its record's), in the platform's shell, then
+    those that make a client take a kit written again (Claude Code and Codex
+    read the folder in place, Gemini CLI copies it) and those that remove it.
+    {folder} and {bundle} are the kit's paths quoted for that shell, {open}
+    the platform's opener; a client whose commands need one the platform lacks
+    (Claude Desktop on Linux) is left out."""
+    shell, separator = SHELLS[PLATFORMS[platform]["shell"]], PLATFORMS[platform]["separator"]
+    paths = {"folder": shell_word(shell, folder),
+             "bundle": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME + ".mcpb"),
+             "open": PLATFORMS[platform]["opener"]}
+    lines = [line.format(version=version, folder=shown_path(folder)) for line in KIT_PREFACE]
+    kit_clients = [client for client in CLIENTS.values() if client.install]
+    for client in kit_clients:
+        if "{open}" in "".join(client.install) and not paths["open"]:
+            continue
+        lines.append(client.label + ":")
+        lines += ["  " + command.format(**paths) for command in client.install]
+    lines.append("To update after writing the kit again:")
+    lines += ["  " + command for client in kit_clients for command in client.update]
+    lines.append("To remove it (then delete the folder):")
+    lines += ["  " + command for client in kit_clients for command in client.remove]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# 16. The session-start hook: mcp hook session-start
+# ---------------------------------------------------------------------------
+# session-start.md: a client runs `mcp hook session-start` whenever a session
+# starts, resumes, is cleared or compacted, and puts what it prints into the
+# model's first request, so the Pack reaches the model whether or not it thinks
+# of calling `pack`.  The hook speaks only when it has the Pack: any other
+# outcome is silence on both streams and exit status 0 (Gemini shows standard
+# error to the user and reads exit 2 as a refusal; every client drops a failing
+# hook's output anyway), and doctor's `hook` check is where the user learns why.
+# It runs the very code of a `pack` call with no arguments, a read alone.
+
+HOOK_TEXT_LIMIT = 9000       # UTF-16 units: Claude Code moves a text over 10,000 to a file
+HOOK_TIME = 2.5              # seconds of work: with the interpreter's start and exit, under 3
+HOOK_MARGIN = 0.2            # of them kept for writing the answer
+HOOK_INPUT = 64 * 1024       # bytes of the client's JSON worth reading
+HOOK_INPUT_WAIT = 1.0        # seconds the client's JSON is waited for
+HOOK_TOO_LARGE = "The Pack is larger than a session start carries: call pack to read it."
+
+
+def session_start_hook(options):
+    """Print the Pack as the client's hook output, or nothing; exit 0 always."""
+    started = time.monotonic()
+    sys.stderr = open(os.devnull, "w")   # whatever goes wrong, standard error stays empty
+    outcome = {}
+
+    def work():
+        try:
+            hook_outcome(options, started, outcome)
+        except Exception:
+            record_internal_error(sys.exc_info())
+            outcome["log"] = "internal_error"
+
+    answered = finished_by(started + HOOK_TIME - HOOK_MARGIN, work)
+    # Unanswered, the worker may still write to `outcome`: what is said is fixed here.
+    said = dict(outcome) if answered else {
+        "log": "no answer within %g s" % (HOOK_TIME - HOOK_MARGIN), "source": outcome.get("source")}
+    if said.get("text"):
+        try:
+            write_stdout_bytes(json_bytes({"hookSpecificOutput": {
+                "hookEventName": "SessionStart", "additionalContext": said["text"]}}) + b"\n")
+        except (AttributeError, OSError, ValueError):    # no standard output, or closed
+            said["log"] = "standard output closed"
+    log_hook(said, started)
+    # Leave at once: a read of standard input or a daemon exchange may still be waiting.
+    os._exit(0)
+
+
+def hook_outcome(options, started, outcome):
+    """Fill `outcome` with the text to print ("text") and what happened ("log")."""
+    given = hook_input(started + HOOK_INPUT_WAIT)
+    outcome["source"] = given.get("source")
+    name = options.get("client") or hook_client(os.environ)
+    call = Call(options, CLIENTS[name].agent if name else None, roots=given.get("cwd"))
+    call.most = max(0.1, started + HOOK_TIME - HOOK_MARGIN - time.monotonic())
+    try:
+        outcome["text"], outcome["log"] = session_start_text(call)
+    except Problem as problem:
+        outcome["log"] = problem.code
+
+
+def hook_input(deadline):
+    """The client's JSON object on standard input ({"cwd", "source", ...}), or
+    {}: read to its end, HOOK_INPUT bytes or the deadline, whichever is first."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        return {}
+    chunks = []
+
+    def read():
+        try:
+            size = 0
+            while size < HOOK_INPUT:
+                chunk = stream.read1(HOOK_INPUT - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except (OSError, ValueError):
+            pass
+
+    if not finished_by(deadline, read):
+        return {}
+    try:
+        given = load_json(b"".join(chunks).decode("utf-8"))
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(given, dict):
+        return {}
+    cwd = given.get("cwd")
+    return {"cwd": cwd if isinstance(cwd, str) and cwd and "\0" not in cwd else None,
+            "source": given.get("source") if isinstance(given.get("source"), str) else None}
+
+
+def finished_by(deadline, action):
+    """Run `action()` in a thread of its own; whether it returned by `deadline`
+    (time.monotonic()).  A thread still running is left to the exit."""
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def run():
+        try:
+            action()
+        finally:
+            done.release()
+
+    _thread.start_new_thread(run, ())
+    return done.acquire(True, max(0.0, deadline - time.monotonic()))
+
+
+def hook_client(environ):
+    """The client running the hook, told by the variable it sets for its
+    hooks, or None.  The records are read from the last: Claude Code's
+    CLAUDECODE is inherited by every program its shell starts, Codex's and
+    Gemini's among them."""
+    for name in reversed(CLIENT_NAMES):
+        variable = CLIENTS[name].hook_variable
+        if variable and environ.get(variable):
+            return name
+    return None
+
+
+def session_start_text(call):
+    """(text, what happened): what `pack` with no arguments shows, within
+    HOOK_TEXT_LIMIT; a Pack that does not fit is rendered again at the
+    largest budget that does, and where none does, the opening's count and
+    HOOK_TOO_LARGE stand for it."""
+    context = call.context()
+    capsule = call.capsule(call.task_id(None, context))
+    now = utc_now()
+    opening, rendered = opened_pack(call, context, capsule, PACK_BUDGET, now=now)
+    if utf16_len(opening) + 2 + rendered["units"] <= HOOK_TEXT_LIMIT:
+        return opening + "\n\n" + rendered["pack"], "pack"
+    room = HOOK_TEXT_LIMIT - utf16_len(opening) - 2
+    low, high, best = 1, PACK_BUDGET - 1, None
+    while low <= high:                   # the Pack grows with its budget
+        budget = (low + high) // 2
+        rendered = opened_pack(call, context, capsule, budget, now=now)[1]
+        if rendered["units"] <= room:
+            best, low = rendered, budget + 1
+        else:
+            high = budget - 1
+    if best is not None:
+        return opening + "\n\n" + best["pack"], "pack cut to fit"
+    agent = call.agent(context)
+    opening = opening_statement(capsule, now, agent["name"], agent["role"], open_item_count)
+    text = opening + "\n\n" + HOOK_TOO_LARGE
+    if utf16_len(text) > HOOK_TEXT_LIMIT:
+        raise Problem("daemon_error", "The Task's title is longer than a session start carries.")
+    return text, "pack too large"
+
+
+def open_item_count(capsule):
+    count = sum(1 for claim in capsule["claims"]
+                if claim.get("kind") == "open_item" and claim.get("state") == "active")
+    return "{:,} open item{} must be resolved or carried forward.".format(
+        count, "" if count == 1 else "s") if count else "No open items."
+
+
+def log_hook(outcome, started):
+    """One line in MEMPROVE_MCP_LOG, where it is set: what the hook did."""
+    path = os.environ.get("MEMPROVE_MCP_LOG")
+    if not path:
+        return
+    source = outcome.get("source")
+    line = "%s memprove-mcp hook session-start source=%s %s %dms\n" % (
+        utc_now(), log_field(source) if source else "-", outcome["log"],
+        int((time.monotonic() - started) * 1000))
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------------
+# 17. mcp doctor
+# ---------------------------------------------------------------------------
+# doctor.md: the whole path from shell to ledger, checked the way the next
+# tool call will take it.  Every rule comes from the server's own functions
+# (the configuration of section 8, the context files of section 9, the
+# per-call object's daemon request) and the clients' records, so doctor and
+# the server cannot disagree.  Each check returns (status, code, detail, fix),
+# or None where it does not apply to the client, and may note what it
+# resolved on the Findings for a later check; a check whose inputs failed is
+# `skip`.  Doctor writes no file, sends one read, and never shows the token:
+# it is held only to be compared and sent.  Fix lines are written for the
+# shell of the platform (SHELLS), with real paths.
+
+NEWEST_TESTED = (3, 15)              # the newest Python this release was tested on
+INTERPRETER = Pattern(r"(?i)(python|pypy|py)[0-9.]*w?(\.exe)?\Z")   # pythonw.exe, pyw.exe too
+
+
+class Findings(object):
+    """What doctor knows when a check runs: what it was asked, and what the
+    checks before it found (None until one has)."""
+
+    def __init__(self, options, environ, platform=PLATFORM):
+        self.options = options                     # the command line's
+        self.environ = environ                     # this shell's
+        self.platform = platform
+        self.shell = SHELLS[PLATFORMS[platform]["shell"]]
+        self.client = options.get("client") or "claude-code"
+        self.program = this_program()              # the .pyz doctor runs from
+        self.server_environ = environ              # what the client starts a server with
+        self.failed = set()                        # the names of the checks that failed
+        self.config_dir = None                     # check_config_dir
+        self.token = self.token_file = None        # check_token: the token, its file
+        self.data_dir = None                       # check_data_dir
+        self.root = self.task = None               # check_workspace: the root, the Task's number
+        self.archive = None                        # the running .pyz's bytes, read once
+
+    def where(self, root):
+        """A copy that knows the Workspace root `root` (what a check before
+        check_workspace looks with)."""
+        import copy
+        probe = copy.copy(self)
+        probe.root = root
+        return probe
+
+
+def doctor(options, platform=PLATFORM):
+    """Run the checks of doctor.md in order, print them; return the exit status."""
+    found = Findings(options, dict(os.environ), platform)
+    found.server_environ = server_environment(found)
+    checks = []
+    for name, check in DOCTOR_CHECKS:
+        try:
+            outcome = check(found)
+            if outcome is None:          # a check that does not apply to this client
+                continue
+            status, code, detail, fix = outcome
+        except Exception as error:
+            # A doctor that dies hides every later check; say which broke, never
+            # the message (it could hold a value).
+            status, code, fix = "fail", "internal_error", "report this as a bug in mcp doctor"
+            detail = "the check failed unexpectedly (%s)" % type(error).__name__
+        if status == "fail":
+            found.failed.add(name)
+        checks.append({"name": name, "status": status, "code": code,
+                       "detail": one_line(without_token(detail, found)),
+                       "fix": one_line(without_token(fix, found))})
+    failed = any(check["status"] == "fail" for check in checks)
+    if options.get("json"):
+        text = json_text({"ok": not failed, "checks": checks})
+    else:
+        text = "".join(doctor_lines(checks))
+    # backslashreplace: a path that is not UTF-8 shows as \udcXX, which is still JSON.
+    write_stdout_bytes(text.encode("utf-8", "backslashreplace"))
+    return 1 if failed else 0
+
+
+def server_environment(found):
+    """The environment the client starts this server with (its `passes`), from
+    this shell's and the memprove entry's, or print-config's entry where it
+    has none yet: what the token, data directory and Workspace are judged in."""
+    name, shell = found.client, found.environ
+    record = CLIENTS[name]
+    workspace = found.options.get("workspace")
+    probe = found.where(find_workspace(shell, workspace).root)
+    try:
+        entry = find_client_entry(name, probe)[1] or find_kit_entry(name, probe)[1]
+    except Exception:                    # the client check says what is wrong with it
+        entry = None
+    if entry and "unreadable" not in entry:
+        entry_env = dict((key, value) for key, value in entry["env"].items()
+                         if isinstance(value, str))
+        names = [value for key, value in entry["keyed"] if key == "env_vars" and
+                 isinstance(value, str)]
+    else:
+        # The entry the fix will write: print-config's environment, and its env_vars only
+        # where the fix is print-config's (a client's own add command writes none).
+        entry_env = dict(record.env(shell, workspace) if record.env else [])
+        names = () if record.adds else SHELL_VARIABLES
+    passed = record.passes(shell, entry_env, names)
+    # The configuration directory is the one doctor is asked about (the client check says
+    # when the entry names another): resolved as in this shell.
+    for variable in ("MEMPROVE_CONFIG_DIR", "XDG_CONFIG_HOME", "APPDATA"):
+        passed.pop(variable, None)
+        if shell.get(variable):
+            passed[variable] = shell[variable]
+    return passed
+
+
+def doctor_lines(checks):
+    for check in checks:
+        yield "%-4s  %-10s  %s\n" % (check["status"], check["name"], check["detail"])
+        if check["fix"] is not None:
+            yield "      fix: %s\n" % check["fix"]
+
+
+def one_line(text):
+    """The last guard of one line per value (§6 rule 23), as without_token is
+    of the token: every value is shown through shown_path where it is put
+    into a line, and a line that still holds a control is shown whole
+    JSON-quoted rather than printed as it is."""
+    return text if text is None else shown_path(text)
+
+
+def without_token(text, found):
+    """The last guard of "never the token": a value read from a file the user
+    wrote (daemon.json's url, a client entry) could hold it."""
+    token = found.token
+    if text is None or not token or token not in text:
+        return text
+    return "(not shown: it would contain the token)"
+
+
+# -- fix lines, in the platform's shell -----------------------------------------
+
+def fix(found, template, **values):
+    """A line of the platform's shell: SHELLS' `template` with each value
+    quoted as that shell quotes it (a name is inserted as it is)."""
+    shell = found.shell
+    quoted = dict((key, value if key == "name" else shell_word(shell, value))
+                  for key, value in values.items())
+    return shell[template].format(**quoted)
+
+
+def example(found, what):
+    return found.shell["examples"][what]
+
+
+def doctor_command(found, *words, **python):
+    """This very program with `words`, as a line to paste into the shell;
+    `python` names another interpreter (a command name, used as it is)."""
+    shell = found.shell
+    interpreter = python.get("python") or shell["python"] or shell_word(shell, sys.executable)
+    line = shell["run"].format(python=interpreter, program=shell_word(shell, found.program))
+    return " ".join([line] + [shell_word(shell, word) for word in words])
+
+
+def print_config_line(found):
+    """The print-config line that writes the entry this doctor expects."""
+    options = found.options
+    words = ["mcp", "print-config"]
+    if options.get("client"):
+        words += ["--client", options["client"]]
+    if options.get("config_dir"):
+        words += ["--config-dir", found.config_dir]
+    return doctor_command(found, *words)
+
+
+def add_entry_line(found, name):
+    """The fix for a missing entry: the client's own command that adds it, so
+    that doctor then finds it; for a client without one, the print-config
+    line and the file its entry goes in."""
+    adds = CLIENTS[name].adds
+    if adds is None:
+        base, parts, _ = next(place for place in CLIENTS[name].places(found.platform)
+                              if place[1][-1] != "mcpServers")     # Continue's folder of blocks
+        path = place_path(base, parts, found.environ, found.root, found.platform)
+        return "%s, and put what it prints in %s" % (print_config_line(found),
+                                                     shown_path(path or "the client's file"))
+    python = os.path.abspath(sys.executable)
+    words = adds(python, found.program, found.config_dir, found.environ)
+    return " ".join(shell_word(found.shell, word) for word in words)
+
+
+# -- the checks, in doctor.md's order -----------------------------------------
+
+def check_python(found):
+    import platform
+    detail = "Python %s (%s) at %s%s, bytecode: %s" % (
+        platform.python_version(), platform.python_implementation(), shown_path(sys.executable),
+        interpreter_origin(found), globals().get("BYTECODE_ORIGIN") or "source")
+    if sys.version_info[:2] > NEWEST_TESTED:
+        newest = "%d.%d" % NEWEST_TESTED
+        python = PLATFORMS[found.platform]["versioned_python"].format(newest)
+        return ("warn", None, detail + ", newer than the newest this release was tested on (%s)"
+                % newest, doctor_command(found, "mcp", "print-config", "--python", python=python))
+    return "ok", None, detail, None
+
+
+def interpreter_origin(found):
+    """Where the interpreter came from, and on macOS which one a client
+    started from the Dock would run a .pyz entry with: such a client gives
+    its servers the system PATH, whose python3 is the Command Line Tools'."""
+    import shutil
+    on_path = shutil.which("python3", path=found.environ.get("PATH") or os.defpath)
+    same = on_path is not None and os.path.realpath(on_path) == os.path.realpath(sys.executable)
+    origin = " (python3 on PATH)" if same else ""
+    system_path = PLATFORMS[found.platform]["system_path"]
+    if system_path:
+        dock = shutil.which("python3", path=system_path)
+        origin += "; a client started from the Dock runs a .pyz entry with %s (PATH %s)" % (
+            shown_path(dock or "no python3"), system_path)
+    return origin
+
+
+def check_config_dir(found):
+    directory, source = config_directory(found.options.get("config_dir"),
+                                         found.server_environ, True, found.platform)
+    found.config_dir = directory
+    detail = "%s (from %s)" % (shown_path(directory), source)
+    if not os.path.isdir(directory):
+        return "warn", None, detail + " does not exist", fix(found, "mkdir", path=directory)
+    return "ok", None, detail, None
+
+
+def check_token(found):
+    environ, config_dir = found.server_environ, found.config_dir
+    source, path = token_source(environ, config_dir)
+    where = source if path is None else "%s (%s)" % (source, shown_path(path))
+    try:
+        token, too_open = read_token(environ, config_dir, found.platform)
+    except Problem as problem:
+        return ("fail", problem.code) + token_failure(found, problem, source, path, where)
+    found.token, found.token_file = token, path
+    if too_open:
+        return ("warn", None, "from %s, well formed, but the file is open to group or others"
+                % where, fix(found, "private", path=path))
+    return "ok", None, "from %s, well formed" % where, None
+
+
+def token_failure(found, problem, source, path, where):
+    """(detail, fix) of a token that cannot be used; never a word of the token."""
+    own_file = os.path.join(found.config_dir, "token")
+    point_at_file = fix(found, "set", name="MEMPROVE_TOKEN_FILE", value=example(found, "token"))
+    if problem.code == "token_malformed":
+        remedy = ("%s, and put the token on one line in %s" % (
+            fix(found, "unset", name="MEMPROVE_TOKEN"), shown_path(own_file))
+            if path is None else "write the token again, alone on the first line of %s"
+            % shown_path(path))
+        return ("the token from %s has white space or a character outside printable ASCII"
+                % where, remedy)
+    dropped = [name for name in ("MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE")
+               if found.environ.get(name) and not found.server_environ.get(name)]
+    if source is None and dropped:
+        # Set in this shell, but the client does not pass it on: the file works for every client.
+        private = found.shell["private"] and fix(found, "private", path=own_file)
+        return ("%s is set in this shell, but %s does not pass it to its servers, and %s does "
+                "not exist" % (" and ".join(dropped), found.client, shown_path(own_file)),
+                "write the token into %s%s" % (shown_path(own_file),
+                                               ", then: " + private if private else ""))
+    if source is None:
+        return ("not set: MEMPROVE_TOKEN and MEMPROVE_TOKEN_FILE are empty and %s does not exist"
+                % shown_path(own_file), point_at_file)
+    if path is None:
+        return "MEMPROVE_TOKEN holds only white space", fix(found, "unset", name="MEMPROVE_TOKEN")
+    reason = "is empty" if problem.hint == "The token file is empty." else "cannot be read"
+    if source == "MEMPROVE_TOKEN_FILE":
+        return "MEMPROVE_TOKEN_FILE names %s, which %s" % (shown_path(path), reason), point_at_file
+    private = found.shell["private"] and fix(found, "private", path=path)
+    return "%s %s" % (shown_path(path), reason), "write the token into %s%s" % (
+        shown_path(path), ", then: " + private if private else "")
+
+
+def check_data_dir(found):
+    environ, config_dir = found.server_environ, found.config_dir
+    set_it = fix(found, "set", name="MEMPROVE_DATA_DIR", value=example(found, "data_dir"))
+    try:
+        data_dir, source = data_directory(environ, config_dir)
+    except Problem:
+        named = os.path.join(config_dir, "data-dir")
+        if found.environ.get("MEMPROVE_DATA_DIR"):
+            # Set in this shell, but the client does not pass it on: the file works for all.
+            return ("fail", "data_dir_missing", "MEMPROVE_DATA_DIR is set in this shell, but %s "
+                    "does not pass it to its servers, and %s names none" % (
+                        found.client, shown_path(named)),
+                    fix(found, "write", value=found.environ["MEMPROVE_DATA_DIR"], path=named))
+        return ("fail", "data_dir_missing", "not set: MEMPROVE_DATA_DIR is empty and %s names none"
+                % shown_path(named), set_it)
+    found.data_dir = data_dir
+    detail = "%s (from %s)" % (shown_path(data_dir), source)
+    if not os.path.isdir(data_dir):
+        remedy = set_it if source != "config" else fix(
+            found, "write", value=example(found, "data_dir"),
+            path=os.path.join(config_dir, "data-dir"))
+        return "fail", "data_dir_missing", detail + " is not a directory", remedy
+    return "ok", None, detail, None
+
+
+def check_workspace(found):
+    warnings = []
+    # As the per-call object finds it; doctor has no client, so no roots.
+    workspace = find_workspace(found.server_environ, found.options.get("workspace"), None,
+                               warnings)
+    ignored = "".join(", %s (ignored)" % warning for warning in warnings)
+    project = example(found, "project")
+    elsewhere = "cd %s, or give it: --workspace %s" % (project, project)
+    if workspace.problem:
+        return ("fail", workspace.problem, "%s (found by %s)%s cannot be used: it does not exist, "
+                "is not a directory, or its path is not UTF-8"
+                % (shown_path(workspace.root or "the start directory"), workspace.found_by, ignored),
+                elsewhere)
+    root = found.root = workspace.root
+    detail = "%s (found by %s)%s" % (shown_path(root), workspace.found_by, ignored)
+    if not workspace.marked and marker_owned(os.path.join(root, ".memprove")) is not False:
+        return ("warn", None, detail + ", no .memprove/ yet (the first `begin` makes it)",
+                "call `begin` from your agent in %s" % shown_path(root))
+    context, error = read_context(root)
+    if error:
+        path = os.path.join(root, ".memprove", "context.json")
+        whose = "another Workspace's context" if error.code == "context_foreign" else \
+            "its context cannot be read"
+        if error.hint == FOREIGN_DIRECTORY:
+            remedy = elsewhere             # theirs to remove, not ours
+        elif error.hint:
+            remedy = "remove what the detail names from %s" % shown_path(
+                os.path.join(root, ".memprove"))
+        else:
+            remedy = "call `begin` from your agent (it moves the file aside), or: " + \
+                fix(found, "move", path=path, target=path + ".bad")
+        return ("fail", error.code, "%s, but %s%s" % (
+            detail, whose, ": " + error.hint if error.hint else ""), remedy)
+    task, session = context.get("task"), context.get("session")
+    found.task = task["number"] if task else None
+    return ("ok", None, "%s, .memprove/ present, %s, %s, %d runs in runs.jsonl" % (
+        detail, "Task %d" % task["number"] if task else "no Task",
+        "Session %d" % session["number"] if session else "no Session",
+        sum(1 for _ in each_run(root))), None)
+
+
+DAEMON_FIXES = {
+    "daemon_unavailable": "start the memprove daemon (its daemon.json may be left from one that stopped)",
+    "daemon_address_refused": "daemon.json must name http://127.0.0.1:<port>; restart the memprove daemon",
+    "daemon_timeout": "restart the memprove daemon, or give it longer: {longer}",
+    "daemon_error": "restart the memprove daemon and read its log",
+    "unauthenticated": "the daemon does not know this token: use one it issued",
+    "token_revoked": "the token was revoked: get a new one from the daemon",
+    "scope_missing": "the token lacks the scope mcp-read: get one with mcp-read and mcp-write",
+}
+
+
+def check_daemon(found):
+    # A context file that cannot be read leaves the Workspace usable (`begin`
+    # still works), so only a Workspace without a root stops the request.
+    missing = [name for name in ("token", "data_dir") if name in found.failed]
+    missing += ["workspace"] if found.root is None else []
+    if missing:
+        return "skip", None, "not tried: the %s check failed" % " and ".join(missing), None
+    try:
+        url = shown_path(read_daemon(found.data_dir, found.platform)[0])
+    except Problem as problem:
+        if problem.hint:
+            return ("fail", problem.code,) + untrusted_daemon(found, problem.hint)
+        return ("fail", problem.code, "no readable daemon.json in %s: the daemon is not running"
+                % shown_path(found.data_dir), DAEMON_FIXES[problem.code])
+    # The per-call object resolves and sends exactly as a tool call does: one
+    # listTasks, a read, never retried, bounded by MEMPROVE_TIMEOUT.
+    call = Call(found.options, None, environ=found.server_environ)
+    try:
+        answer = call.send("listTasks", query={"workspace": call.root})
+        tasks = records(answer, "tasks", TASK_FIELDS)
+    except Problem as problem:
+        seconds = timeout_setting(found.server_environ) or DEFAULT_TIMEOUT
+        detail = "%s: %s" % (url, {
+            "daemon_unavailable": "nobody answers there",
+            "daemon_timeout": "no answer to listTasks within %g s" % seconds,
+        }.get(problem.code, "listTasks answered %s" % problem.code))
+        remedy = DAEMON_FIXES.get(problem.code, "see the Problem codes in the README's "
+                                  "Troubleshooting").format(
+            longer=fix(found, "set", name="MEMPROVE_TIMEOUT", value="30"))
+        if problem.hint == FOREIGN_LISTENER:
+            # §6 rule 17: the daemon stopped, and another user took its port.
+            detail = "%s: another user listens there, so the token was not sent" % url
+            remedy = DAEMON_FIXES["daemon_unavailable"]
+        elif problem.code == "daemon_unavailable" and problem.hint:
+            detail, remedy = untrusted_daemon(found, problem.hint)  # §6 rule 19, seen listening
+        if problem.code in ("unauthenticated", "token_revoked"):
+            remedy += (", and put it in %s" % shown_path(found.token_file)
+                       if found.token_file
+                       else ": " + fix(found, "set", name="MEMPROVE_TOKEN", value="<the new token>"))
+        return "fail", problem.code, detail, remedy
+    return "ok", None, "%s answered listTasks for this Workspace: %d Task%s" % (
+        url, len(tasks), "" if len(tasks) == 1 else "s"), None
+
+
+def untrusted_daemon(found, hint):
+    """(detail, fix) of a daemon.json that is not to be believed (§6 rule 19):
+    whoever could write it chose where the token would go."""
+    path = os.path.join(found.data_dir, "daemon.json")
+    private = os.path.join(home_directory(found.environ, found.platform), ".local",
+                           "share", "memprove")
+    detail = "%s is not believed, so the token was not sent: %s" % (
+        shown_path(path), hint[0].lower() + hint[1:])
+    remedy = "start the memprove daemon with a data directory of your own (%s), then %s" % (
+        fix(found, "mkdir", path=private),
+        fix(found, "set", name="MEMPROVE_DATA_DIR", value=private))
+    return detail, remedy
+
+
+def check_client(found):
+    name = found.client
+    place, entry, looked = find_client_entry(name, found)
+    if entry is None:
+        place, entry = find_kit_entry(name, found)
+    if entry is None:
+        kit = " or a plugin kit" if CLIENTS[name].find_kit else ""
+        return ("warn", None, "no memprove entry for %s in %s%s" % (name, ", ".join(looked), kit),
+                add_entry_line(found, name))
+    if "unreadable" in entry:
+        return ("warn", None, "the memprove entry in %s cannot be read: %s" % (
+            place, entry["unreadable"]), "write it as print-config prints it: %s" %
+            print_config_line(found))
+    holder = token_holder(entry, found.token)
+    if holder:
+        token_file = os.path.join(found.config_dir, "token")
+        private = " (%s)" % fix(found, "private", path=token_file) \
+            if found.shell["private"] else ""
+        return ("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
+                % (place, holder), "remove it: the token belongs in %s%s; the entry to use "
+                "instead: %s" % (shown_path(token_file), private, print_config_line(found)))
+    if "kit" in entry and entry["kit"]["disabled"]:
+        return disabled_kit(place, entry)     # not run, so not checked further
+    loader = next((key for key in entry["env"] if key in LOADER_VARIABLES or
+                   key.startswith("DYLD_")), None)
+    if loader:
+        # §6 rule 25: the variable makes the interpreter or the loader run other code.
+        return ("fail", "client_entry_unsafe", "the memprove entry in %s sets %s, which makes "
+                "the server run other code" % (place, shown_name(loader)),
+                "remove %s from the entry's env, or write it again: %s" % (
+                    shown_name(loader), print_config_line(found) if "kit" not in entry else
+                    kit_update_line(found, name, entry["kit"]["folder"])))
+    if "kit" in entry:
+        # The folder the client runs it from, and the .pyz its entry names (Codex's names
+        # the kit's own, outside Codex's copy).
+        changeable = kit_changeable(entry["kit"]["plugin"], found.platform) or \
+            kit_changeable(entry_program(entry), found.platform)
+        if changeable:
+            return ("fail", "client_entry_unsafe", "the memprove entry in %s comes from a kit "
+                    "others can change: %s" % (place, changeable),
+                    "write the kit again into a folder only you can change: %s" % (
+                        doctor_command(found, "mcp", "plugin", example(found, "kit"))))
+    command = entry["command"]
+    if not command or not command_exists(command, found.environ):
+        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
+                "not exist" % (place, shown_path(command or "no command")), print_config_line(found))
+    interpreter = INTERPRETER.match(os.path.basename(command))
+    if not interpreter and PLATFORMS[found.platform]["interpreter_first"] and \
+            command.lower().endswith(".pyz"):
+        return ("fail", "client_command_missing", "the memprove entry in %s runs %s itself, "
+                "which Windows cannot start: it must name the interpreter" % (
+                    place, shown_path(command)),
+                print_config_line(found))
+    program = entry_program(entry)
+    if interpreter and not os.path.exists(program):
+        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
+                "not exist" % (place, shown_path(program)), print_config_line(found))
+    if "kit" in entry:
+        stale = stale_kit(found, name, place, entry, program)
+        if stale:
+            return stale
+    elif os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found.program):
+        return ("warn", None, "the memprove entry in %s runs another copy of the server: %s"
+                % (place, shown_path(program)), print_config_line(found))
+    config_dir = entry_config_dir(entry)
+    if config_dir is not None and \
+            os.path.abspath(os.path.expanduser(config_dir)) != found.config_dir:
+        return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
+                % (place, shown_path(config_dir)), print_config_line(found))
+    copy = ", version %s" % archive_version(running_archive(found)) \
+        if "kit" in entry else ""
+    return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
+
+
+def check_hook(found):
+    """Whether the client runs the session-start hook, and whether it would
+    give the Pack now or stay silent (and why): the hook says nothing to the
+    model when it cannot, so this is where the user learns of it.  It sends
+    no request: the daemon check's is the one doctor makes."""
+    name = found.client
+    if not CLIENTS[name].hook_variable:
+        return None
+    place, disabled, handler = find_hook(name, found)
+    if place is None:
+        return ("warn", None, "%s runs no memprove session-start hook: a session starts "
+                "without the Pack unless the model calls pack" % name,
+                "write the plugin kit (%s) or add the hook: %s" % (
+                    doctor_command(found, "mcp", "plugin", "<folder>"),
+                    doctor_command(found, "mcp", "print-config", "--hook", "--client", name)))
+    if disabled:
+        return "warn", None, "the session-start hook in %s is %s" % (place, disabled[0]), disabled[1]
+    distrust = CLIENTS[name].hook_distrust
+    untrusted = distrust and handler and distrust(found, handler)
+    if untrusted:
+        return "warn", None, "the session-start hook in %s %s" % (place, untrusted[0]), untrusted[1]
+    why = [check for check in ("token", "data_dir", "workspace", "daemon")
+           if check in found.failed]
+    if why:
+        return ("warn", None, "%s runs the hook in %s, but it would stay silent: the %s "
+                "check%s failed" % (name, place, " and ".join(why), "s" if len(why) > 1 else ""),
+                "see the fix of the %s check above" % why[0])
+    if not found.task:
+        return ("warn", None, "%s runs the hook in %s, but it stays silent until the context "
+                "names a Task" % (name, place),
+                "call `begin` from your agent in %s" % shown_path(found.root or "the project"))
+    return ("ok", None, "%s runs the hook in %s: the next session starts with the Pack of Task %d"
+            % (name, place, found.task), None)
+
+
+def find_hook(name, found):
+    """(where, disabled, handler) of the memprove session-start hook client
+    `name` runs: its own file's entry (handler None), else the kit's
+    hooks/hooks.json; (None, None, None) when it runs none.  `disabled` is
+    the kit's (why, fix), or None."""
+    for base, parts in CLIENTS[name].hook_files:
+        path = place_path(base, parts, found.environ, found.root, found.platform)
+        if path and session_start_handlers(small_json(path)):
+            return shown_path(path), None, None
+    kit = CLIENTS[name].find_kit(found)
+    if kit is None:
+        return None, None, None
+    hooks = os.path.join(kit["plugin"], "hooks", "hooks.json")
+    handlers = session_start_handlers(small_json(hooks))
+    if not handlers:
+        return None, None, None
+    return "%s (from a plugin kit)" % shown_path(hooks), kit.get("disabled"), handlers[0]
+
+
+def session_start_handlers(document):
+    """The handlers of a hooks document's SessionStart entries that run `mcp
+    hook session-start`: in their command, its arguments (the form with no
+    shell) or Codex's Windows command."""
+    hooks = document.get("hooks") if isinstance(document, dict) else None
+    entries = hooks.get("SessionStart") if isinstance(hooks, dict) else None
+    found = []
+    for entry in entries if isinstance(entries, list) else ():
+        for hook in (entry.get("hooks") if isinstance(entry, dict) else None) or ():
+            if not isinstance(hook, dict):
+                continue
+            args = hook.get("args") if isinstance(hook.get("args"), list) else []
+            words = [hook.get("command"), hook.get("commandWindows")] + args
+            if "mcp hook session-start" in " ".join(word for word in words
+                                                    if isinstance(word, str)):
+                found.append(hook)
+    return found
+
+
+# §6 rule 25: variables that make the interpreter or the loader run other
+# code (DYLD_* too), which no entry of this server needs.
+LOADER_VARIABLES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
+                    "PYTHONINSPECT", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT")
+MAX_ARCHIVE = 64 * 1024 * 1024       # bytes of a kit's .pyz worth comparing
+MAX_KIT_ENTRIES = 1000               # a kit holds a score; a folder of more is no kit of ours
+
+
+def entry_program(entry):
+    """The program an entry runs: its first argument after an interpreter, else its command."""
+    command, args = entry["command"] or "", entry["args"]
+    return args[0] if INTERPRETER.match(os.path.basename(command)) and args else command
+
+
+def kit_changeable(folder, platform=PLATFORM):
+    """What of a kit's folder another user can change, said in words, or
+    None (§6 rule 25): the folder, or anything in it, that belongs to
+    another user (not root) or that group or others can write.  Links are
+    judged, not followed; a folder of more than MAX_KIT_ENTRIES entries is
+    judged no kit."""
+    if not PLATFORMS[platform]["posix_files"] or not folder:
+        return None
+    trusted, seen = (os.geteuid(), 0), 0
+    for directory, folders, files in os.walk(folder) if os.path.isdir(folder) else [(folder, (), ())]:
+        for path in [directory] + [os.path.join(directory, name) for name in folders + files]:
+            seen += 1
+            if seen > MAX_KIT_ENTRIES:
+                return "%s holds more than %d files" % (shown_path(folder), MAX_KIT_ENTRIES)
+            try:
+                status = os.lstat(path)
+            except OSError:
+                continue
+            import stat
+            if status.st_uid not in trusted:
+                return "%s belongs to another user (uid %d)" % (shown_path(path), status.st_uid)
+            if status.st_mode & 0o022 and not stat.S_ISLNK(status.st_mode):
+                return "%s can be written by group or others (mode %04o)" % (
+                    shown_path(path), status.st_mode & 0o7777)
+    return None
+
+
+def disabled_kit(place, entry):
+    """The warning for a kit the client installed but disabled (for this
+    Workspace), with the client's command that enables it."""
+    where, enable = entry["kit"]["disabled"]
+    return "warn", None, "the memprove entry in %s is %s" % (place, where), enable
+
+
+def running_archive(found):
+    """The bytes of the .pyz doctor runs from, read once (a kit's is compared with it)."""
+    if found.archive is None:
+        found.archive = read_regular(found.program, MAX_ARCHIVE + 1)[0]
+    return found.archive
+
+
+def stale_kit(found, name, place, entry, program):
+    """The warning for a kit whose .pyz is not this one's bytes (plugin.md), or None."""
+    try:
+        # §6 rule 28: a FIFO or a device in the .pyz's place must not block or flood doctor.
+        installed = read_regular(program, MAX_ARCHIVE + 1)[0]
+        running = running_archive(found)
+    except OSError as error:
+        what = "is not a regular file" if not isinstance(error, (FileNotFoundError,
+                                                                  PermissionError)) else \
+            "cannot be read"
+        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which "
+                "%s" % (place, shown_path(program), what), print_config_line(found))
+    if installed == running:
+        return None
+    # The versions of the archives themselves: Codex's entry runs the kit's .pyz, which a
+    # kit written again replaces, while its copy's manifest keeps the version it was made of.
+    return ("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
+            "one, version %s" % (place, archive_version(installed, archive_module_version(
+                installed)), archive_version(running)),
+            kit_update_line(found, name, entry["kit"]["folder"]))
+
+
+DOCTOR_CHECKS = [
+    ("python", check_python),
+    ("config_dir", check_config_dir),
+    ("token", check_token),
+    ("data_dir", check_data_dir),
+    ("workspace", check_workspace),
+    ("daemon", check_daemon),
+    ("client", check_client),
+    ("hook", check_hook),
+]
+
+
+def find_client_entry(name, found):
+    """(file, entry, files looked at) of the first memprove entry, or (None, None, looked)."""
+    looked, root = [], found.root
+    for base, parts, prefix in CLIENTS[name].places(found.platform):
+        path = place_path(base, parts, found.environ, root, found.platform)
+        if path is None:
+            continue
+        keys = tuple(root if key == "<root>" else key for key in prefix) + entry_keys(name)
+        label = shown_path(path) + (" (projects[root])" if prefix else "")
+        looked.append(label)
+        if prefix and root is None:
+            continue
+        # Continue's project form is a folder of block files.
+        files = [path] if parts[-1] != "mcpServers" else \
+            sorted(os.path.join(path, item) for item in listing_or_none(path))
+        for one in files:
+            entry = read_client_entry(one, keys)
+            if entry is not None:
+                return (label if one == path else shown_path(one)), entry, looked
+    return None, None, looked
+
+
+def find_kit_entry(name, found):
+    """(file, entry) of the memprove server a kit installed in client `name`,
+    or (None, None); the entry's "kit" holds the kit's folder and version."""
+    finder = CLIENTS[name].find_kit
+    kit = finder(found) if finder else None
+    entry = kit and kit_server_entry(kit["path"], kit["roots"])
+    if not entry:
+        return None, None
+    manifest = small_json(kit["manifest"])
+    version = manifest.get("version") if isinstance(manifest, dict) else None
+    entry["kit"] = {"folder": kit["folder"] if isinstance(kit["folder"], str) else None,
+                    "version": version if isinstance(version, str) else "unknown",
+                    "disabled": kit.get("disabled"), "plugin": kit["plugin"]}
+    return "%s (from a plugin kit)" % shown_path(kit["path"]), entry
+
+
+def kit_server_entry(path, roots):
+    """The memprove entry of a kit's server file, each root variable in its
+    command and arguments replaced by the folder the client gives it."""
+    entry = read_client_entry(path, ("mcpServers", KIT_NAME))
+    if entry is None:
+        return None
+
+    def rooted(value):
+        for variable, folder in roots.items():
+            value = value.replace(variable, folder)
+        return value
+    entry["command"] = entry["command"] and rooted(entry["command"])
+    entry["args"] = [rooted(arg) for arg in entry["args"]]
+    return entry
+
+
+def archive_version(data, module_version=VERSION):
+    """The version of the archive `data` (of this module's VERSION unless
+    another is given): its bytes decide it, so that a client sees an update
+    as one."""
+    import hashlib
+    return "%s+%s" % (module_version, hashlib.sha256(data).hexdigest()[:12])
+
+
+ARCHIVE_VERSION = Pattern(r'(?m)^VERSION = "([0-9A-Za-z.+-]{1,32})"$')
+
+
+def archive_module_version(data):
+    """The VERSION another archive's module holds, read from its source (at most
+    64 KiB of it), or "unknown"."""
+    import io
+    import zipfile
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            with archive.open("memprove_mcp.py") as source:
+                found = ARCHIVE_VERSION.search(source.read(65536).decode("utf-8", "replace"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, RuntimeError, EOFError):
+        return "unknown"
+    return found.group(1) if found else "unknown"
+
+
+def kit_update_line(found, name, folder):
+    """Write the kit again from this .pyz, then the client's update command."""
+    again = doctor_command(found, "mcp", "plugin", folder or "<the kit's folder>")
+    return "%s, then: %s" % (again, " && ".join(CLIENTS[name].update))
+
+
+def entry_keys(name):
+    """The keys down to the memprove entry, from the very shape print-config
+    writes: {"mcpServers": {"memprove": ...}} gives ("mcpServers", "memprove")."""
+    document = CLIENTS[name].shape({"command": "", "args": [], "env": {}})
+    keys = []
+    while isinstance(document, dict) and len(document) == 1:
+        key = next(iter(document))
+        keys.append(key)
+        if key == "memprove":
+            break
+        document = document[key]
+    return tuple(keys)
 
 
 def token_holder(entry, token):

@@ -41,7 +41,7 @@ def test_windows_entries_name_the_interpreter_and_fixes_are_powershell():
 # -- where each client's user file lives ---------------------------------------
 
 def user_file(client, platform, environ=ENVIRON):
-    base, parts, _ = next(place for place in mp.client_places(client, platform)
+    base, parts, _ = next(place for place in mp.CLIENTS[client].places(platform)
                           if place[0] != "root")
     return mp.place_path(base, parts, environ, "/ws", platform)
 
@@ -138,9 +138,10 @@ def test_sh_words_quote_as_sh_reads_them():
     assert mp.sh_word("it's") == "'it'\"'\"'s'"
 
 
-def found_for(platform, program="C:\\tools\\memprove_mcp.pyz"):
-    return {"shell": mp.SHELLS[mp.PLATFORMS[platform]["shell"]], "platform": platform,
-            "program": program, "options": {}, "config_dir": "C:\\Users\\ana\\memprove"}
+def found_for(platform, program="C:\\tools\\memprove_mcp.pyz", environ=None):
+    found = mp.Findings({}, environ or {}, platform)
+    found.program, found.config_dir = program, "C:\\Users\\ana\\memprove"
+    return found
 
 
 def test_powershell_fix_lines():
@@ -169,11 +170,11 @@ def test_sh_fix_lines():
 
 
 def test_macos_python_check_names_the_interpreter_a_dock_client_runs(monkeypatch):
-    found = dict(found_for("darwin", "/x.pyz"), environ={"PATH": os.defpath})
+    found = found_for("darwin", "/x.pyz", {"PATH": os.defpath})
     origin = mp.interpreter_origin(found)
     assert "a client started from the Dock runs a .pyz entry with" in origin
     assert "/usr/bin:/bin:/usr/sbin:/sbin" in origin
-    linux = mp.interpreter_origin(dict(found, platform="linux"))
+    linux = mp.interpreter_origin(found_for("linux", "/x.pyz", {"PATH": os.defpath}))
     assert "Dock" not in linux
 
 
@@ -281,8 +282,8 @@ def test_a_token_file_has_no_mode_to_fix_on_windows(tmp_path):
 
     def check(platform):
         environ = {"MEMPROVE_TOKEN_FILE": str(token)}
-        found = dict(found_for(platform), environ=environ, server_environ=environ,
-                     config_dir=str(tmp_path))
+        found = found_for(platform, environ=environ)
+        found.config_dir = str(tmp_path)
         return mp.check_token(found)
     assert check("win32")[:2] == ("ok", None)
     status, _, _, fix = check("linux")

@@ -4731,6 +4731,8 @@ class Client(object):
                     its user files, the base one of PLACES and "<root>" in the keys
                     the Workspace root; a tuple, or a dict by platform ("posix"
                     for Linux and any platform not named)
+      block_folder  path parts of one of those that is a folder of files of one
+                    entry each (YAML), or None
       expands       what it replaces in its configuration's values (refused in a path)
       agent         the name it sends as clientInfo.name
       passes        (environ, the entry's env, the names env_vars lists) -> the
@@ -4759,6 +4761,7 @@ class Client(object):
         self.label = label
         self.format = self.shape = self.env = self.where = self.project_file = None
         self.user_files, self.expands, self.agent, self.adds = (), (), None, None
+        self.block_folder = None
         self.passes = passes_everything
         self.kit_server = self.kit_hooks = self.find_kit = self.enable = None
         self.kit_expands, self.kit_files, self.install, self.update, self.remove = (), (), (), (), ()
@@ -5276,7 +5279,8 @@ CLIENTS = {
         # The `cn` CLI (1.5.47, tried) reads no block file in .continue/mcpServers/.
         where="{user}, or a file you pass to `cn --config`",
         user_files=(("root", (".continue", "mcpServers"), ()),
-                    ("home", (".continue", "config.yaml"), ()))),
+                    ("home", (".continue", "config.yaml"), ())),
+        block_folder=(".continue", "mcpServers")),
     "amp": Client(
         "Amp", format="json", shape=servers_entry("amp.mcpServers"),
         where="{project} (workspace, then `amp mcp approve memprove`) or in {user} (user)",
@@ -6183,7 +6187,7 @@ def add_entry_line(found, name):
     adds = CLIENTS[name].adds
     if adds is None:
         base, parts, _ = next(place for place in CLIENTS[name].places(found.platform)
-                              if place[1][-1] != "mcpServers")     # Continue's folder of blocks
+                              if place[1] != CLIENTS[name].block_folder)
         path = place_path(base, parts, found.environ, found.root, found.platform)
         return "%s, and put what it prints in %s" % (print_config_line(found),
                                                      shown_path(path or "the client's file"))
@@ -6664,8 +6668,7 @@ def find_client_entry(name, found):
         looked.append(label)
         if prefix and root is None:
             continue
-        # Continue's project form is a folder of block files.
-        files = [path] if parts[-1] != "mcpServers" else \
+        files = [path] if parts != CLIENTS[name].block_folder else \
             sorted(os.path.join(path, item) for item in listing_or_none(path))
         for one in files:
             entry = read_client_entry(one, keys)

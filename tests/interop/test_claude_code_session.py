@@ -43,7 +43,7 @@ from interop.model_endpoint import Endpoint, Script, ToolCall, Turn
 from interop.support import (
     TEE, check_connection, check_tool_listing, connections, print_config, session_connections,
     transcripts)
-from test_pack_properties import ref_claim_line, ref_fold, ref_render, units
+from test_pack import ref_claim_line, ref_fold, ref_render, units
 
 PREFIX = "mcp__memprove__"
 TITLE = "Fix flaky upload retries \u2014 caf\u00e9 edition"

@@ -154,3 +154,16 @@ def test_the_readme_quick_start_runs_as_written(config, daemon, tmp_path, privat
             "memprove_mcp.pyz").read_bytes() == kept.read_bytes()
     assert "claude plugin install memprove@memprove" in out
     assert [op["op"] for op in daemon.ops if op["op"] != "listTasks"] == []
+
+
+def test_contributing_names_every_test_file():
+    """CONTRIBUTING.md's "Where the tests are" names every tests/**/test_*.py by its path,
+    and every test file CONTRIBUTING.md names exists (issue 34, item 4)."""
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Where the tests are\n(.*?)^## ", text, re.S | re.M)
+    assert section, "CONTRIBUTING.md has no section \"Where the tests are\""
+    listed = set(re.findall(r"`(tests/(?:[\w-]+/)*test_\w+\.py)`", section.group(1)))
+    present = {path.relative_to(REPO).as_posix() for path in (REPO / "tests").rglob("test_*.py")}
+    assert sorted(present - listed) == [], "test files CONTRIBUTING.md does not name"
+    named = set(re.findall(r"\btests/(?:[\w-]+/)*test_\w+\.py\b", text))
+    assert sorted(named - present) == [], "test files CONTRIBUTING.md names that do not exist"

@@ -3696,7 +3696,7 @@ def candidate_line(section, record):
 # text is most of what that costs on a Task of 10,000 claims.  These build the
 # lines (and what a query searches) of many records at once, field by field,
 # and must give exactly what claim_line and run_line give
-# (tests/test_pack_properties.py holds them to it).
+# (tests/test_pack.py holds them to it).
 
 CONTROLS_MARKED = bytes(0xFF if code < 0x20 or code == 0x7F else code for code in range(256))
 FOLD_CHUNK = 256      # texts checked together: one that needs folding costs its chunk a closer look

@@ -15,13 +15,14 @@ planted token or a planted argument value.
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from harness import (SAFETY_TIMEOUT, SERVER_PYTHONS, TEST_PROFILE, TEST_PROFILES,
-                     WINDOWS_VERSIONS, Config, Server, build_pyz, built_once, clean_env,
+from harness import (PATIENT_TIMEOUT, SAFETY_TIMEOUT, SERVER_PYTHONS, TEST_PROFILE, TEST_PROFILES,
+                     WINDOWS_VERSIONS, Config, Server, Windows, build_pyz, built_once, clean_env,
                      default_server_python, make_workspace, require_python,
                      require_windows_python, server_is_windows, skip_posix_only_tests,
                      started_daemon)
@@ -232,3 +233,49 @@ def start_server(pyz, make_env, workspace, planted):
             except AssertionError as error:
                 problems.append(str(error))
     assert not problems, problems
+
+
+# ---------------------------------------------------------------------------
+# The Windows side: an interpreter under Wine, a copy of the .pyz it can start, helpers
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def win(windows_python):
+    return Windows(windows_python)
+
+
+@pytest.fixture
+def plain_pyz(pyz, tmp_path):
+    """A copy of the .pyz without the Unix executable bit: Wine would start a file
+    that has it as a Unix program, where Windows answers WinError 193."""
+    copy = tmp_path / "dist" / "memprove_mcp.pyz"
+    copy.parent.mkdir()
+    shutil.copyfile(str(pyz), str(copy))
+    os.chmod(str(copy), 0o644)
+    return copy
+
+
+@pytest.fixture
+def win_config(config, win):
+    """The `config` fixture, its data-dir naming the data directory as Windows does,
+    and the environment naming the configuration directory so."""
+    (config.dir / "data-dir").write_text(win.path(config.data_dir) + "\n")
+    return {"MEMPROVE_CONFIG_DIR": win.path(config.dir)}
+
+
+@pytest.fixture
+def win_server(start_server, win, win_config):
+    """win_server(env=None, cwd=None) -> a Server under the Windows Python, configured."""
+    def start(env=None, cwd=None):
+        extra = dict(win_config, MEMPROVE_TIMEOUT=PATIENT_TIMEOUT)
+        extra.update(env or {})
+        return start_server(python=win.python, env=extra, cwd=cwd)
+    return start
+
+
+@pytest.fixture
+def helpers():
+    started = []
+    yield started
+    for helper in started:
+        helper.stop()

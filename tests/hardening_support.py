@@ -40,7 +40,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import PROBLEM_CODES, SAFETY_TIMEOUT, clean_env, depth, run_cli, tool_value
+from harness import (PROBLEM_CODES, SAFETY_TIMEOUT, clean_env, default_server_python, depth, run_cli,
+                     tool_value)
 
 CI = os.environ.get("CI") == "true"
 
@@ -85,6 +86,114 @@ def hypothesis_or_fail():
     if importlib.util.find_spec("hypothesis") is None:
         skip_or_fail("hypothesis is not installed: run the README's test command, which "
                      "installs pyproject.toml's test extra into .venv/", module_level=True)
+
+
+# The fuzzers' Hypothesis settings, shared by the files they test (each calls
+# hypothesis_or_fail() before it imports hypothesis).
+try:
+    from hypothesis import HealthCheck, Phase
+except ImportError:
+    SETTINGS = NO_SHRINK = None
+else:
+    SETTINGS = dict(deadline=None, database=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+    # Each of the fuzzers of issue 18's input classes (client responses, hostile .memprove/
+    # trees, client files) shares one world (a server, the daemon, files) between its
+    # examples, so a failure is not shrunk (a replay would meet another world, and a server
+    # stuck on one case fails every later one): the first failure stops the test, naming its
+    # case.
+    NO_SHRINK = dict(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+# Line breaks and controls a text from a repository may hold (contract.md §6 rules 20 and 23).
+LINE_BREAKERS = "\n\r\t\x0b\x0c\x1b\x7f\x85\x9b\u2028\u2029"
+
+
+# ---------------------------------------------------------------------------
+# The tool fuzzers' world (test_tool_dispatch.py, test_daemon_client.py)
+# ---------------------------------------------------------------------------
+
+def ascii_context(path):
+    """context.json parsed, once it is seen to be ASCII (contract.md §6 rule 2); None when
+    there is no file to read."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    assert data.isascii(), data[:300]
+    context = json.loads(data.decode("ascii"))
+    assert isinstance(context, dict), context
+    return context
+
+
+class World:
+    """A server and the reference daemon with a Task, a Session, claims of every kind
+    and two Runs (r1 failed, r2 passed), for the tool fuzz."""
+
+    def __init__(self, server, daemon, config, workspace):
+        self.server, self.daemon, self.config, self.workspace = server, daemon, config, workspace
+        self.serial = 0
+        self.begin("Fuzz world")
+        import ledgerd
+        session_id = self.context()["session"]["id"]
+        for code in (1, 0):
+            ledgerd.memprove_run(daemon.url, config.token, str(workspace), session_id,
+                                 "pytest -q", code)
+        self.labels = ["r1", "r2"]
+        code, value = self.call("checkpoint", {
+            "facts": [{"text": "A fact.", "runs": ["r1"]}, {"text": "Another fact."}],
+            "open_items": ["An open item.", "Another open item."],
+            "next_action": "Do the next thing."})
+        assert code == "ok", value
+        code, value = self.call("decide", {"decision": "A decision.", "rationale": "Because."})
+        assert code == "ok", value
+
+    def context(self):
+        return json.loads((self.workspace / ".memprove" / "context.json").read_text("utf-8"))
+
+    def call(self, tool, args, era="legacy"):
+        self.serial += 1
+        self.last_response = self.server.call(tool, args, era=era, id="t%d" % self.serial)
+        return outcome_of(self.last_response, era)
+
+    def begin(self, title):
+        code, value = self.call("begin", {"new_task": title})
+        assert code == "ok", value
+
+    def poison_context(self, value):
+        """Another tool's key in context.json, holding lone surrogates (as \\u escapes)."""
+        path = self.workspace / ".memprove" / "context.json"
+        try:
+            context = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError):
+            return
+        context["x-fuzz-other-tool"] = value
+        path.write_bytes(json.dumps(context, indent=2).encode("ascii"))
+
+    def check_context(self, poison):
+        """contract.md §6 rule 2: context.json is ASCII JSON, and keeps unknown keys."""
+        context = ascii_context(self.workspace / ".memprove" / "context.json")
+        if context is not None and poison is not None:
+            assert context.get("x-fuzz-other-tool") == poison, context
+
+    def ensure_session(self):
+        try:
+            context = self.context()
+        except (OSError, ValueError):
+            context = {}
+        if not context.get("session"):
+            code, value = self.call("begin", {})
+            if code != "ok":
+                self.begin("Fuzz world again")
+
+
+@pytest.fixture
+def world(hserve, config, daemon, workspace, planted):
+    watch = TokenWatch(daemon, [config.token], planted)
+    server = hserve(config=config, timeout=5)
+    server.initialize()
+    built = World(server, daemon, config, workspace)
+    yield built
+    watch.check()
 
 
 # ---------------------------------------------------------------------------
@@ -301,6 +410,72 @@ def call_tool(server, tool, args=None, era="legacy", timeout=SAFETY_TIMEOUT):
     params = server.call_params(tool, {} if args is None else args, era=era)
     server.send(server.request_message("tools/call", params, id=request_id))
     return outcome_of(server.response(request_id, timeout=timeout), era)
+
+
+def ok_value(response):
+    """The value of a successful tools/call response (its outcome checked to be ok)."""
+    code, value = outcome_of(response)
+    assert code == "ok", value
+    return value
+
+
+def context_path(root):
+    return Path(root) / ".memprove" / "context.json"
+
+
+def context_bytes(root):
+    return context_path(root).read_bytes()
+
+
+def ascii_context_of(root):
+    """context.json, which must be pure ASCII JSON (§6 rule 2)."""
+    data = context_bytes(root)
+    assert data.isascii(), "context.json holds bytes outside ASCII: %r" % data[:300]
+    return json.loads(data.decode("ascii"))
+
+
+def daemon_ops(daemon, op=None):
+    return [entry for entry in daemon.ops if op is None or entry["op"] == op]
+
+
+def wrapper(tmp_path, name, code):
+    """An executable that runs `code` (Python) and then execs the server's interpreter
+    (conftest.default_server_python) with its own arguments: a way to start the server with
+    a changed umask, standard output or working directory."""
+    path = tmp_path / name
+    python = default_server_python()
+    path.write_text("#!%s\nimport os, sys\n%s\nos.execv(%r, [%r] + sys.argv[1:])\n"
+                    % (sys.executable, code, python, python))
+    os.chmod(str(path), 0o755)
+    return str(path)
+
+
+def warned_about(hserve, config, name, value, timeout=None):
+    """A server started with the environment variable `name` set to `value`, which
+    `context` lists in config.warnings: (server, context's value)."""
+    server = hserve(config=config, timeout=timeout, env={name: value})
+    server.initialize()
+    code, shown = call_tool(server, "context")
+    assert code == "ok", shown
+    assert name in shown["config"]["warnings"], shown["config"]
+    return server, shown
+
+
+def append_filler(path, unit, total):
+    """Append `unit` repeated up to `total` bytes, written a MiB at a time."""
+    block = unit * max(1, (1 << 20) // len(unit))
+    with open(str(path), "ab") as handle:
+        written = 0
+        while written < total:
+            handle.write(block)
+            written += len(block)
+    return written
+
+
+@pytest.fixture
+def begun(hserve, config, daemon, workspace):
+    """A server with a Task and an open Session in the context."""
+    return begun_server(hserve, config, "Fixture task")
 
 
 # ---------------------------------------------------------------------------
@@ -740,7 +915,6 @@ def local_users(pyz):
         users.close()
 
 
-
 @pytest.fixture
 def private_place():
     """A new folder that no other user can change, nor any folder above it (contract.md §6
@@ -1050,7 +1224,7 @@ def summarize(lines):
         "writes_lost": sum(r["writes_lost"] for r in by_test.get("write_faults", []) + by_test.get("daemon_killed", [])),
         "writes_duplicated": sum(r["writes_duplicated"] for r in by_test.get("write_faults", []) + by_test.get("daemon_killed", [])),
     }
-    # Issue 11 (tests/test_no_input.py and the fuzzers of its input classes).
+    # Issue 11 (contract.md §6 rules 1-12 and the fuzzers of its input classes).
     for flood in by_test.get("flood_memory", []):
         summary.update(flood_calls=flood["calls"], flood_call_bytes=flood["call_bytes"],
                        flood_idle_hwm_kib=flood["idle_hwm_kib"],
@@ -1061,7 +1235,7 @@ def summarize(lines):
         summary.update(nonblocking_answers="%d of %d" % (case["answers"], case["requests"]))
     summary["workspace_paths_fuzzed"] = sum(r["calls"] for r in by_test.get("workspace_path_fuzz", []))
     summary["daemon_fields_fuzzed"] = sum(r["calls"] for r in by_test.get("daemon_field_fuzz", []))
-    # Issue 18 (tests/test_threats.py, tests/test_roots.py and their fuzzers).
+    # Issue 18 (contract.md §6 rules 14-18 and their fuzzers).
     for case in by_test.get("runs_newlines", []):
         summary.update(runs_newlines_bytes=case["bytes"],
                        runs_newlines_seconds=case["seconds_newlines"],

@@ -332,7 +332,8 @@ def default_server_python():
 #
 # MEMPROVE_TEST_SERVER_PYTHON=win3.8 (or win3.13) runs the tests that start their
 # server through `start_server` with the server under that interpreter; the
-# tests that name `windows_python` (tests/test_windows.py) run under each.  The
+# tests that name `windows_python` (the `win` fixture's, in the files of the features
+# they test) run under each.  The
 # server then sees /tmp/x as Z:\tmp\x: a test that registers a Workspace at the
 # reference daemon or compares a root uses `server_path`.  The tests that are
 # POSIX by nature are listed, with why, in WINDOWS_POSIX_ONLY.
@@ -453,6 +454,111 @@ def ask_python(python, expression, *args):
     return done.stdout.decode("utf-8")
 
 
+# ---------------------------------------------------------------------------
+# The Windows side (tests/windows.sh's interpreters under Wine): what one of them sees,
+# and helper processes it runs
+# ---------------------------------------------------------------------------
+
+# Long enough for every wait below, so that a call fails only when the server gives up.
+PATIENT_TIMEOUT = "60"
+
+_FACTS = {}
+
+
+class Windows:
+    """One Windows Python and what it sees: sys.executable, USERPROFILE, APPDATA."""
+
+    def __init__(self, python):
+        self.python = python
+        if python not in _FACTS:
+            _FACTS[python] = json.loads(ask_python(python, "__import__('json').dumps(["
+                                                   "sys.executable, os.environ['USERPROFILE'], "
+                                                   "os.environ['APPDATA']])"))
+        self.executable, self.profile, self.appdata = _FACTS[python]
+
+    def path(self, path):
+        """`path` as this interpreter names it (Z:\\tmp\\...)."""
+        return server_path(path, self.python)
+
+
+class Helper:
+    """A Windows Python running `script` (its source) with pipes; `expect` waits for
+    a line it prints, `tell` writes it one."""
+
+    def __init__(self, win, directory, name, script, *args):
+        path = Path(directory) / (name + ".py")
+        path.write_text(script)
+        self.proc = subprocess.Popen([win.python, str(path)] + [str(arg) for arg in args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, cwd=str(directory))
+        self.lines = queue.Queue()
+        self.errors = []
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.lines.put),
+                         daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stderr, self.errors.append),
+                         daemon=True).start()
+
+    @staticmethod
+    def _read(stream, keep):
+        for line in iter(stream.readline, b""):
+            keep(line.decode("utf-8", "replace").rstrip("\r\n"))
+        keep(None)
+
+    def expect(self, wanted, timeout=SAFETY_TIMEOUT * 4):
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError("the helper printed nothing within %ss" % timeout)
+        assert line == wanted, (line, wanted, self.errors)
+
+    def tell(self, line):
+        self.proc.stdin.write(line.encode("ascii") + b"\n")
+        self.proc.stdin.flush()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def windows_print_config(win, plain_pyz, args, env, cwd):
+    done = run_cli(win.python, plain_pyz, ["mcp", "print-config"] + list(args), env, cwd)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+POSIX_SHELL_ONLY = [
+    (re.compile(r"\bexport\s"), "export"),
+    (re.compile(r"\bunset\s"), "unset"),
+    (re.compile(r"\bmkdir\s+-p\b"), "mkdir -p"),
+    (re.compile(r"\bchmod\b"), "chmod"),
+    (re.compile(r"'\"'\"'"), "'\"'\"' quoting"),
+    (re.compile(r"\bpython3\s"), "python3"),
+    (re.compile(r"(^|[\s'\"(=,:])~[/\\]"), "~/"),
+    # (A quoted 'NAME=value' is a word PowerShell passes as it is: `claude mcp add -e`'s.)
+    (re.compile(r"(?<![\w:$'])[A-Z][A-Z0-9_]*=\S"), "NAME=value"),
+    # A POSIX absolute path standing as a word: /tmp/x, /path/to/your/project.
+    (re.compile(r"(^|[\s'\"(=,])/[\w.-]+/"), "a POSIX path"),
+]
+
+
+# The variables whose value is a path: a `$env:NAME = '...'` fix gives a Windows one.
+PATH_VARIABLES = ("MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR", "MEMPROVE_CONFIG_DIR",
+                  "MEMPROVE_WORKSPACE")
+
+
+WINDOWS_ABSOLUTE = re.compile(r"([A-Za-z]:\\|\\\\[^\\]+\\)")
+
+
+def powershell_problems(text):
+    """What in one line of doctor output is POSIX shell or not a Windows path."""
+    problems = [name for pattern, name in POSIX_SHELL_ONLY if pattern.search(text)]
+    for match in re.finditer(r"\$env:([A-Za-z_][A-Za-z0-9_]*)\s*=\s*'((?:[^']|'')*)'", text):
+        if match.group(1) in PATH_VARIABLES and not WINDOWS_ABSOLUTE.match(match.group(2)):
+            problems.append("$env:%s is not given a Windows path" % match.group(1))
+    return problems
+
+
 def stderr_line_ending(python):
     """How the server's log lines end: CR LF under Windows, whose standard error is
     a text stream there (the contract fixes `\\n` for standard output only)."""
@@ -473,9 +579,9 @@ def exit_status(python, code):
 # Tests that hold only on POSIX, by their nature: skipped with the server under
 # Windows, saying why.  Keys: "file.py::test" (every parameter) or "file.py".
 WINDOWS_POSIX_ONLY = {
-    "test_lifecycle.py::test_signal_exits_promptly_and_quietly":
+    "test_transport.py::test_signal_exits_promptly_and_quietly":
         "SIGTERM and SIGINT are POSIX signals (Wine's loader dies of them as a Unix process)",
-    "test_lifecycle.py::test_signal_while_a_long_line_streams_in":
+    "test_transport.py::test_signal_while_a_long_line_streams_in":
         "SIGTERM and SIGINT are POSIX signals (Wine's loader dies of them as a Unix process)",
     "test_protocol.py::test_signal_exits_promptly_and_quietly":
         "SIGTERM and SIGINT are POSIX signals (Wine's loader dies of them as a Unix process)",
@@ -485,25 +591,25 @@ WINDOWS_POSIX_ONLY = {
         "file modes: token_file_too_open is never raised on Windows (contract.md §5)",
     "test_protocol.py::test_token_file_too_open_warning_on_context":
         "file modes: token_file_too_open is never raised on Windows (contract.md §5)",
-    "test_no_input.py::test_rule12_new_context_gets_the_umasks_mode":
+    "test_context_file.py::test_rule12_new_context_gets_the_umasks_mode":
         "file modes and the umask (Windows has ACLs)",
-    "test_no_input.py::test_rule12_rewrite_keeps_the_mode": "file modes (Windows has ACLs)",
-    "test_no_input.py::test_rule11_too_open_token_file_warns_whatever_it_holds":
+    "test_context_file.py::test_rule12_rewrite_keeps_the_mode": "file modes (Windows has ACLs)",
+    "test_configuration_env.py::test_rule11_too_open_token_file_warns_whatever_it_holds":
         "file modes: token_file_too_open is never raised on Windows (contract.md §5)",
-    "test_no_input.py::test_rule6_links_in_memprove_are_not_followed":
+    "test_context_file.py::test_rule6_links_in_memprove_are_not_followed":
         "POSIX symbolic links and O_NOFOLLOW (Wine shows a Unix link as the file it names)",
-    "test_stress_files.py::test_linked_context_is_unreadable_and_never_followed":
+    "test_context_file.py::test_linked_context_is_unreadable_and_never_followed":
         "POSIX symbolic links (Wine shows a Unix link as the file it names)",
-    "test_threats.py::test_rule14_a_linked_context_is_unreadable":
+    "test_context_file.py::test_rule14_a_linked_context_is_unreadable":
         "POSIX symbolic links (Wine shows a Unix link as the file it names)",
-    "test_fuzz.py::test_memprove_tree_fuzz":
+    "test_context_file.py::test_memprove_tree_fuzz":
         "POSIX symbolic links and owners (Wine shows a Unix link as the file it names)",
-    "test_no_input.py::test_s2_workspace_path_not_utf8":
+    "test_workspace_sources.py::test_s2_workspace_path_not_utf8":
         "a path of arbitrary bytes (Windows paths are UTF-16)",
-    "test_fuzz.py::test_workspace_path_fuzz": "paths of arbitrary bytes (Windows paths are UTF-16)",
-    "test_no_input.py::test_rule11_deleted_working_directory":
+    "test_workspace_sources.py::test_workspace_path_fuzz": "paths of arbitrary bytes (Windows paths are UTF-16)",
+    "test_workspace_sources.py::test_rule11_deleted_working_directory":
         "deleting a process's working directory (Windows refuses to)",
-    "test_no_input.py::test_rule4_flood_of_large_calls_keeps_memory_bounded":
+    "test_transport.py::test_rule4_flood_of_large_calls_keeps_memory_bounded":
         "reads the server's memory and blocked read from /proc (under Wine: Wine's loader)",
     "test_hook.py::test_silence_for_an_untrusted_daemon_json_and_no_request":
         "file modes (Windows has ACLs)",
@@ -994,6 +1100,34 @@ def run_cli(python, pyz, args, env, cwd, stdin=b"", user=None, timeout=SAFETY_TI
                           timeout=timeout, **(user.popen_kwargs() if user is not None else {}))
 
 
+# ---------------------------------------------------------------------------
+# The module's own functions, called directly (the unit tests)
+# ---------------------------------------------------------------------------
+
+PLANTED = "ZQXJ-planted-7731"   # a value no hint may repeat
+
+
+def raises_problem(code, function, *args):
+    """`function(*args)` raises memprove_mcp.Problem `code`; returns the Problem."""
+    import memprove_mcp as mp
+    with pytest.raises(mp.Problem) as caught:
+        function(*args)
+    assert caught.value.code == code
+    return caught.value
+
+
+def interpreter_executable(python, env):
+    """sys.executable of `python` started the way the server is started."""
+    done = subprocess.run([python, "-c", "import sys; print(sys.executable)"], env=env,
+                          stdout=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
+    return done.stdout.decode().strip()
+
+
+def one_stderr_line(done):
+    text = done.stderr.decode("utf-8")
+    assert text.endswith("\n") and text.count("\n") == 1 and text.strip(), text
+    return text
+
 
 def pasted_in_sh(lines, folder, timeout=SAFETY_TIMEOUT):
     """Each of `lines` run as a user who pastes it into POSIX sh would (`sh -c LINE`), in
@@ -1025,7 +1159,6 @@ def snapshot(*roots):
             seen[str(path)] = (stat.S_IFMT(info.st_mode), info.st_size, info.st_mode,
                                info.st_mtime_ns)
     return seen
-
 
 
 # ---------------------------------------------------------------------------

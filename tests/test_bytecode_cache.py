@@ -8,6 +8,8 @@ with HOME given explicitly; the rest run as whoever runs the tests.  The
 module packed is test_build's stand-in, whose `origin` command prints where its
 bytecode came from ("cached", "compiled"); the code an attacker plants first
 appends a line to a marker file, so that a single run of it shows.
+
+Under Windows (the `win` fixture), bytecode is cached only in a directory of %LOCALAPPDATA%.
 """
 
 import collections
@@ -588,3 +590,74 @@ def test_a_directory_swapped_in_above_the_cache_is_never_used(users, victims_pla
            attacker_runs=users.attacker_runs(), **origins)
     assert users.attacker_runs() == 0
     assert set(origins) <= {"cached", "compiled"}
+
+
+# ---------------------------------------------------------------------------
+# Under Windows: %LOCALAPPDATA% (contract.md §5; §6 rule 13's Windows clause)
+# ---------------------------------------------------------------------------
+
+# Wine sets LOCALAPPDATA itself, whatever the caller passes, so every Windows test
+# shares one %LOCALAPPDATA%\memprove-mcp: the test that changes it holds this lock.
+# (The server's own .pyz carries bytecode for both Windows Pythons and never uses it.)
+CACHE_LOCK = "/tmp/memprove-windows-cache.lock"
+
+
+# Run by the Windows Python: "aside" moves %LOCALAPPDATA%\memprove-mcp away and puts a
+# regular file in its place; "back" puts the directory back; "look" prints what is there.
+CACHE_PLACE = r'''
+import os, sys
+place = os.path.join(os.environ["LOCALAPPDATA"], "memprove-mcp")
+aside = place + ".aside-" + sys.argv[2]
+if sys.argv[1] == "aside":
+    if os.path.lexists(place):
+        os.rename(place, aside)
+    with open(place, "w") as handle:
+        handle.write("not a directory\n")
+elif sys.argv[1] == "back":
+    os.remove(place)
+    if os.path.lexists(aside):
+        os.rename(aside, place)
+else:
+    sys.stdout.write("dir" if os.path.isdir(place) else open(place).read())
+'''
+
+
+def stand_in_origin(win, pyz, cwd):
+    from test_build import origin
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"}   # bytecode written
+    done = subprocess.run([win.python, win.path(pyz), "origin"], cwd=str(cwd), env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=SAFETY_TIMEOUT * 4)
+    return origin(done)[0]
+
+
+def test_bytecode_is_cached_only_in_a_directory_of_localappdata(win, tmp_path):
+    """A .pyz with no bytecode for this Python compiles on its first start and loads
+    %LOCALAPPDATA%\\memprove-mcp's copy on the next; with a file in that directory's
+    place it compiles every time and leaves the file as it was.  (A reparse point in
+    its place, the rule's other half, cannot be made under Wine 8.)"""
+    import fcntl
+    from test_build import STAND_IN, build
+    source = STAND_IN + ("# %s\n" % os.urandom(8).hex()).encode("ascii")  # its own cache file
+    pyz = build(tmp_path, source, args=["--no-bytecode"])
+    script = tmp_path / "cache_place.py"
+    script.write_text(CACHE_PLACE)
+
+    def place(action):
+        return subprocess.run([win.python, str(script), action, tmp_path.name],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, check=True,
+                              timeout=SAFETY_TIMEOUT * 4).stdout
+
+    with open(CACHE_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert [stand_in_origin(win, pyz, tmp_path) for _ in range(2)] == ["compiled", "cached"]
+        place("aside")
+        try:
+            assert [stand_in_origin(win, pyz, tmp_path) for _ in range(2)] == \
+                ["compiled", "compiled"]
+            assert place("look") == "not a directory\n"
+        finally:
+            place("back")
+        assert place("look") == "dir"

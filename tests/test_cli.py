@@ -1,8 +1,8 @@
 """The command line of the built .pyz (tools.md, "The command line"; contract.md
-§1 and §5): --version, --help, usage errors, print-config, MEMPROVE_MCP_LOG."""
+§1 and §5): --version, --help, usage errors, MEMPROVE_MCP_LOG, what importing the
+module costs.  print-config has its own file, test_print_config.py."""
 
 import hashlib
-import json
 import os
 import re
 import subprocess
@@ -10,22 +10,10 @@ import zipfile
 
 import pytest
 
-from harness import REPO, SAFETY_TIMEOUT, initialize_params, run_cli, server_path, snapshot
+from harness import (REPO, SAFETY_TIMEOUT, initialize_params, one_stderr_line, run_cli,
+                     server_path, snapshot)
 
 VERSION_LINE = re.compile(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\n\Z")
-
-
-def interpreter_executable(python, env):
-    """sys.executable of `python` started the way the server is started."""
-    done = subprocess.run([python, "-c", "import sys; print(sys.executable)"], env=env,
-                          stdout=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
-    return done.stdout.decode().strip()
-
-
-def one_stderr_line(done):
-    text = done.stderr.decode("utf-8")
-    assert text.endswith("\n") and text.count("\n") == 1 and text.strip(), text
-    return text
 
 
 # -- what importing the module costs ---------------------------------------------
@@ -178,121 +166,6 @@ def test_usage_error_exits_2_with_one_line(pyz, newest_python, make_env, workspa
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     assert done.stdout == b""
     one_stderr_line(done)
-
-
-# -- print-config -----------------------------------------------------------------
-
-def print_config(python, pyz, args, env, cwd):
-    done = run_cli(python, pyz, ["mcp", "print-config"] + list(args), env, cwd)
-    assert done.returncode == 0, done.stderr
-    entry = json.loads(done.stdout.decode("utf-8"))      # exactly one JSON document
-    where = one_stderr_line(done)
-    assert ".mcp.json" in where and os.path.join(env["HOME"], ".claude.json") in where, where
-    return entry, done
-
-
-def test_print_config(pyz, server_python, make_env, workspace, tmp_path):
-    config_dir = tmp_path / "cfg"
-    entry, _ = print_config(server_python, pyz, ["--config-dir", str(config_dir)], make_env(),
-                            workspace)
-    assert entry == {"mcpServers": {"memprove": {
-        "type": "stdio",
-        "command": os.path.abspath(str(pyz)),
-        "args": ["mcp", "serve", "--config-dir", str(config_dir)],
-        "env": {"MEMPROVE_CONFIG_DIR": str(config_dir)}}}}
-
-
-def test_print_config_python(pyz, server_python, make_env, workspace, tmp_path):
-    config_dir = tmp_path / "cfg"
-    env = make_env()
-    entry, _ = print_config(server_python, pyz, ["--config-dir", str(config_dir), "--python"], env,
-                            workspace)
-    server = entry["mcpServers"]["memprove"]
-    assert server == {
-        "type": "stdio",
-        "command": interpreter_executable(server_python, env),
-        "args": [os.path.abspath(str(pyz)), "mcp", "serve", "--config-dir", str(config_dir)],
-        "env": {"MEMPROVE_CONFIG_DIR": str(config_dir)}}
-    assert os.path.isabs(server["command"])
-    # --python may come before --config-dir, too.
-    again, _ = print_config(server_python, pyz, ["--python", "--config-dir", str(config_dir)], env,
-                            workspace)
-    assert again == entry
-
-
-def test_print_config_from_source(newest_python, make_env, workspace, tmp_path):
-    config_dir = tmp_path / "cfg"
-    entry, _ = print_config(newest_python, REPO / "memprove_mcp.py",
-                            ["--config-dir", str(config_dir)], make_env(), workspace)
-    assert entry["mcpServers"]["memprove"]["command"] == os.path.abspath(str(REPO / "memprove_mcp.py"))
-
-
-@pytest.mark.parametrize("source", ["option", "option-relative", "option-over-env", "env",
-                                    "empty-env-falls-through", "xdg", "home"])
-def test_print_config_config_dir_sources(pyz, newest_python, make_env, workspace, home, tmp_path,
-                                         source):
-    option_dir, env_dir, xdg = tmp_path / "opt", tmp_path / "envdir", tmp_path / "xdg"
-    args, extra = [], {}
-    if source == "option":
-        args, expected = ["--config-dir", str(option_dir)], option_dir
-    elif source == "option-relative":
-        args, expected = ["--config-dir", "rel/cfg"], workspace / "rel" / "cfg"
-    elif source == "option-over-env":
-        args, expected = ["--config-dir", str(option_dir)], option_dir
-        extra = {"MEMPROVE_CONFIG_DIR": env_dir, "XDG_CONFIG_HOME": xdg}
-    elif source == "env":
-        expected, extra = env_dir, {"MEMPROVE_CONFIG_DIR": env_dir, "XDG_CONFIG_HOME": xdg}
-    elif source == "empty-env-falls-through":
-        expected, extra = xdg / "memprove", {"MEMPROVE_CONFIG_DIR": "", "XDG_CONFIG_HOME": xdg}
-    elif source == "xdg":
-        expected, extra = xdg / "memprove", {"XDG_CONFIG_HOME": xdg}
-    else:
-        expected = home / ".config" / "memprove"
-    entry, _ = print_config(newest_python, pyz, args, make_env(extra), workspace)
-    server = entry["mcpServers"]["memprove"]
-    shown = server["args"][-1]
-    assert os.path.isabs(shown)
-    assert os.path.realpath(shown) == os.path.realpath(str(expected))
-    if source != "option-relative":
-        assert shown == str(expected)
-    assert server["args"] == ["mcp", "serve", "--config-dir", shown]
-    assert server["env"] == {"MEMPROVE_CONFIG_DIR": shown}
-    for directory in (option_dir, env_dir, xdg, workspace / "rel", home / ".config"):
-        assert not directory.exists(), directory
-
-
-@pytest.mark.parametrize("python_flag", [[], ["--python"]], ids=["pyz", "python"])
-def test_print_config_never_shows_token_or_data_dir(pyz, newest_python, make_env, workspace,
-                                                    config, plant, python_flag):
-    token = plant("tok-PLANTED-env")
-    token_file = config.dir / "other-token"
-    token_file.write_text(plant("tok-PLANTED-file") + "\n")
-    data_dir = config.dir.parent / plant("datadir-PLANTED")
-    env = make_env({"MEMPROVE_TOKEN": token, "MEMPROVE_TOKEN_FILE": token_file,
-                    "MEMPROVE_DATA_DIR": data_dir, "MEMPROVE_CONFIG_DIR": config.dir})
-    entry, done = print_config(newest_python, pyz, python_flag, env, workspace)
-    assert entry["mcpServers"]["memprove"]["env"] == {"MEMPROVE_CONFIG_DIR": str(config.dir)}
-    both = done.stdout + done.stderr
-    for secret in (token, config.token, str(data_dir), str(config.data_dir), str(token_file),
-                   os.path.basename(str(data_dir)), os.path.basename(str(token_file))):
-        assert secret.encode() not in both, secret
-    assert b"PLANTED" not in both
-
-
-@pytest.mark.parametrize("config_exists", [True, False], ids=["config-dir-exists", "no-config-dir"])
-def test_print_config_writes_nothing(pyz, newest_python, make_env, workspace, home, config,
-                                     tmp_path, config_exists):
-    config_dir = config.dir if config_exists else tmp_path / "absent-config"
-    roots = [config_dir, workspace, home, pyz.parent, tmp_path]
-    before = snapshot(*roots)
-    for flags in ([], ["--python"]):
-        print_config(newest_python, pyz, ["--config-dir", str(config_dir)] + flags, make_env(),
-                     workspace)
-        print_config(newest_python, pyz, flags, make_env({"MEMPROVE_CONFIG_DIR": config_dir}),
-                     workspace)
-    assert snapshot(*roots) == before
-    assert not (workspace / ".mcp.json").exists()
-    assert not (home / ".claude.json").exists()
 
 
 # -- serve's options and the diagnostics log ---------------------------------------

@@ -409,7 +409,7 @@ def test_a_runs_file_of_newlines_keeps_doctors_promise(doctor, daemon, workspace
     """§6 rule 16: doctor counts the runs a line at a time, blank lines as cheap as any
     (2 MiB of newlines made it overrun its promise): 16 MiB of them between two runs,
     and doctor answers within MEMPROVE_TIMEOUT plus a second, counting both."""
-    from test_threats import append_filler
+    from hardening_support import append_filler
     path = workspace / ".memprove" / "runs.jsonl"
     path.write_text(RUN_LINE % ("r1", "a"))
     append_filler(path, b"\n", 16 << 20)
@@ -1077,7 +1077,6 @@ def test_token_nowhere_in_any_output(doctor, daemon, config, claude_entry, works
             outcome = doctor(env=env, json_mode=json_mode)
             assert outcome.status("client") == "fail"
             assert outcome.status("daemon") == "fail"
-
 
 
 # ---------------------------------------------------------------------------

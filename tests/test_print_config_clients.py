@@ -8,6 +8,9 @@ directories and `--workspace` directories hold the characters that break
 hand-written TOML and YAML.  No token, data directory or value set in the
 environment may appear; the default output is compared with a golden taken from
 print-config before `--client` existed.
+
+Under Windows (the `win` fixture), print-config's standard-error line names each client's
+real Windows files.
 """
 
 import json
@@ -20,11 +23,13 @@ import tomllib
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from harness import clean_env, depth, require_python, run_cli
-from test_cli import interpreter_executable, one_stderr_line
+from hardening_support import hypothesis_or_fail
+from harness import (clean_env, depth, interpreter_executable, one_stderr_line,
+                     powershell_problems, require_python, run_cli, windows_print_config)
+
+hypothesis_or_fail()
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
 # clients.md's table, in its order.
 CLIENTS = ("claude-code", "codex", "gemini", "opencode", "cline", "continue", "amp", "cursor",
@@ -569,7 +574,6 @@ def test_every_client_under_every_python(pyz, server_python, make_env, workspace
         assert document == expected, client
 
 
-
 # -- values a client would expand (clients.md, issue 18) ------------------------------
 # Claude Code expands `${HOME}` in a path, so a server printed for one directory would be
 # started with another.  Each client's own expansion syntax is refused for it; the other
@@ -655,3 +659,41 @@ def test_the_default_client_refuses_a_dollar_brace(pyz, make_env, workspace, tmp
     done = run_cli(sys.executable, pyz, ["mcp", "print-config", "--config-dir", value],
                    make_env(), workspace)
     refused_in_one_line(done, "claude-code", value)
+
+
+# ---------------------------------------------------------------------------
+# Under Windows: the where-lines name each client's real Windows files
+# ---------------------------------------------------------------------------
+
+# docs/clients-verified.md, "Where each client keeps its files": the Windows column, and
+# the project files of clients.md.
+WINDOWS_FILES = {
+    "claude-code": (r"{root}\.mcp.json", r"{profile}\.claude.json"),
+    "codex": (r"{profile}\.codex\config.toml",),
+    "gemini": (r"{root}\.gemini\settings.json", r"{profile}\.gemini\settings.json"),
+    "opencode": (r"{root}\opencode.json", r"{profile}\.config\opencode\opencode.json"),
+    "cline": (r"{profile}\.cline\data\settings\cline_mcp_settings.json",),
+    "continue": (r"{profile}\.continue\config.yaml",),
+    "amp": (r"{root}\.amp\settings.json", r"{profile}\.config\amp\settings.json"),
+    "cursor": (r"{root}\.cursor\mcp.json", r"{profile}\.cursor\mcp.json"),
+    "vscode": (r"{root}\.vscode\mcp.json", r"{appdata}\Code\User\mcp.json"),
+    "windsurf": (r"{profile}\.codeium\windsurf\mcp_config.json",),
+    "zed": (r"{root}\.zed\settings.json", r"{appdata}\Zed\settings.json"),
+    # goose's etcetera takes the profile, not %APPDATA% (equal on a default setup).
+    "goose": (r"{profile}\AppData\Roaming\Block\goose\config\config.yaml",),
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_where_line_names_real_windows_files(win, plain_pyz, make_env, workspace, tmp_path,
+                                             client):
+    done = windows_print_config(win, plain_pyz, ["--client", client],
+                        make_env({"MEMPROVE_CONFIG_DIR": win.path(tmp_path / "config")}),
+                        workspace)
+    line = done.stderr.decode("utf-8")
+    assert line.startswith("memprove-mcp: ") and line.rstrip("\r\n").count("\n") == 0, line
+    root = win.path(workspace)
+    for pattern in WINDOWS_FILES[client]:
+        expected = pattern.format(root=root, profile=win.profile, appdata=win.appdata)
+        assert expected in line, (expected, line)
+    assert not powershell_problems(line), (line, powershell_problems(line))

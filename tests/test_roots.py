@@ -4,15 +4,26 @@ request the server ever sends, and what it does with the answers.
 The test is the client: it reads the server's `roots/list` request from the
 pipe and answers it (or not) on the pipe.  The server's working directory is
 never the project, so `context`'s `workspace` shows whether roots were used.
+
+Also fuzzed (contract.md §6 rule 18): lists of roots of every kind, list_changed storms, and
+responses the server never asked for, against a model of clients.md; and a thousand deep roots
+cost in proportion to their size (rule 24).
 """
 
+import os
 import time
+from collections import Counter
 from urllib.parse import quote
 
 import pytest
 
-from harness import depth, make_workspace, modern_params, server_file_uri, server_path
-from hardening_support import (claim_response, id_key, report)
+from hardening_support import (FUZZ_EXAMPLES, NO_SHRINK, claim_response, hypothesis_or_fail,
+                               id_key, report)
+from harness import (depth, make_workspace, modern_params, server_file_uri, server_is_windows,
+                     server_path)
+
+hypothesis_or_fail()
+from hypothesis import given, settings, strategies as st  # noqa: E402
 
 ROOTS_REQUEST = {"jsonrpc": "2.0", "method": "roots/list"}
 
@@ -590,3 +601,285 @@ def test_a_list_changed_storm_holds_one_request(start_server, elsewhere, project
     report("roots_storm_memory", notifications=STORM, idle_hwm_kib=idle_kib,
            peak_hwm_kib=storm_kib, growth_kib=storm_kib - idle_kib)
     assert storm_kib - idle_kib <= STORM_BOUND_KIB, (idle_kib, storm_kib)
+
+
+# -- the client's answers to roots/list (clients.md; contract.md §6 rule 18) ------------
+
+def _file_uri(path):
+    return server_file_uri(path)
+
+
+def _uri_of_length(path, length):
+    uri = _file_uri(path)
+    pad = length - len(uri.encode())
+    return uri + "/." * (pad // 2) + "/" * (pad % 2)
+
+
+class RootsWorld:
+    """A legacy session that declared roots, its working directory outside three projects,
+    and a model of what clients.md and §6 rule 18 make of the client's messages: only the
+    newest roots/list is pending; its good answer gives the start directory (the first
+    usable root of the first 1,000 that holds the working directory, else the first
+    usable one, else none); any other response is dropped unread."""
+
+    def __init__(self, server, elsewhere, projects):
+        self.server, self.elsewhere, self.projects = server, elsewhere, projects
+        deep = projects[0] / "a" / "b"
+        deep.mkdir(parents=True)
+        # (URI, the start directory it gives or None, the Workspace root that start gives),
+        # paths as the server computes them (under Windows: Z:\...)
+        at = dict((str(path), server_path(path)) for path in list(projects) + [deep, elsewhere])
+        self.here = at[str(elsewhere)]
+        self.pool = [(_file_uri(p), at[str(p)], at[str(p)]) for p in projects] + [
+            (_file_uri(deep), at[str(deep)], at[str(projects[0])]),
+            ("file://localhost" + _file_uri(projects[1])[len("file://"):], at[str(projects[1])],
+             at[str(projects[1])]),
+            (_file_uri(elsewhere), self.here, self.here),
+            (_uri_of_length(projects[2], 4096), at[str(projects[2])], at[str(projects[2])]),
+            (_uri_of_length(projects[2], 5000), None, None),
+            ("vscode-remote://wsl+Ubuntu" + _file_uri(projects[0])[len("file://"):], None, None),
+            ("https://example.com/x", None, None), ("file://remote-host/share/x", None, None),
+            ("file:relative/path", None, None), ("file:///tmp/\u0000nul", None, None),
+            ("file:///tmp/%00nul", None, None), ("", None, None), ("::::", None, None)]
+        self.asked, self.pending, self.start = 1, 1, None
+        self.serial = 0
+
+    def request_id(self, number):
+        return "memprove-roots-%d" % number
+
+    def expected(self):
+        if self.start is None:
+            return self.here, "working directory"
+        return dict((start, root) for _, start, root in self.pool if start)[self.start], "roots"
+
+    def changed(self, count):
+        for _ in range(count):
+            self.server.notify("notifications/roots/list_changed")
+        for number in range(self.asked + 1, self.asked + count + 1):
+            request = self.server.server_request()
+            assert request["id"] == self.request_id(number), (request, number)
+        self.asked += count
+        self.pending = self.asked
+
+    def stray(self, kind, payload, size_log2):
+        if kind == "older" and self.asked > 1:
+            number = self.asked - 1 if self.pending == self.asked else self.asked
+            request_id = self.request_id(number)
+        elif kind in ("never-sent", "older"):
+            request_id = self.request_id(self.asked + 1000)
+        else:
+            request_id = {"not-a-number": "memprove-roots-x", "integer": 7, "other": "other"}[kind]
+        message = {"jsonrpc": "2.0", "id": request_id}
+        if payload == "huge":
+            message["result"] = {"roots": [{"uri": "file:///" + "a/" * (2 ** size_log2 // 2)}]}
+        elif payload == "good":
+            message["result"] = {"roots": [{"uri": _file_uri(self.projects[2])}]}
+        else:
+            message["error"] = {"code": -32603, "message": "no"}
+        self.server.send(message)
+
+    def answer(self, answer):
+        if self.pending is None:
+            return
+        message = {"jsonrpc": "2.0", "id": self.request_id(self.pending)}
+        self.pending = None
+        if answer[0] == "roots":
+            _, junk, picks = answer
+            entries = [("vscode-remote://x/%d" % n, None, None) for n in range(junk)] + \
+                [self.pool[index] for index in picks]
+            message["result"] = {"roots": [{"uri": uri} for uri, _, _ in entries]}
+            starts = [start for _, start, _ in entries[:1000] if start]
+            holding = [start for start in starts if start == self.here]
+            self.start = (holding or starts or [None])[0]
+        elif answer[0] == "error":
+            message["error"] = {"code": -32601, "message": "Method not found"}
+        else:
+            message["result"] = answer[1]
+        self.server.send(message)
+
+
+MALFORMED_ROOTS = [{"roots": "x"}, {"roots": [{"name": "no uri"}]}, {"roots": [{"uri": 42}]},
+                   {"roots": [None]}, {}, [], "roots", None]
+
+
+ROOTS_ANSWER = st.one_of(
+    st.tuples(st.just("roots"), st.sampled_from([0, 0, 0, 999, 1000]),
+              st.lists(st.integers(0, 15), max_size=6)),
+    st.just(("error",)),
+    st.tuples(st.just("malformed"), st.sampled_from(MALFORMED_ROOTS)))
+
+
+ROOTS_STEP = st.one_of(
+    st.tuples(st.just("changed"), st.integers(1, 30)),
+    st.tuples(st.just("stray"), st.sampled_from(["never-sent", "older", "not-a-number",
+                                                 "integer", "other"]),
+              st.sampled_from(["huge", "good", "error"]), st.integers(10, 21)),
+    st.tuples(st.just("answer"), ROOTS_ANSWER))
+
+
+def test_roots_fuzz(hserve, tmp_path):
+    """Lists of roots of every kind, list_changed storms, and responses the server never
+    asked for (or no longer waits for) holding roots of up to 2 MiB: after each case a
+    ping is answered (within the harness's safety timeout) and `context` finds the
+    Workspace the model says."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / ".git").mkdir(parents=True)
+    projects = [make_workspace(tmp_path / ("project %d" % n)) for n in range(3)]
+    server = hserve(cwd=elsewhere)
+    params = {"protocolVersion": "2025-06-18", "capabilities": {"roots": {"listChanged": True}},
+              "clientInfo": {"name": "roots-fuzz", "version": "1.0"}}
+    assert "result" in server.request("initialize", params)
+    server.notify("notifications/initialized")
+    assert server.server_request()["id"] == "memprove-roots-1"
+    world = RootsWorld(server, elsewhere, projects)
+    tally = Counter()
+
+    @settings(max_examples=FUZZ_EXAMPLES, **NO_SHRINK)
+    @given(steps=st.lists(ROOTS_STEP, min_size=1, max_size=6))
+    def run(steps):
+        for step in steps:
+            getattr(world, step[0])(*step[1:])
+            tally[step[0]] += 1
+        world.answer(("error",))                 # nothing left pending: no call waits
+        assert server.request("ping")["result"] == {}, steps
+        result = server.call("context")["result"]
+        workspace = result["structuredContent"]["workspace"]
+        assert (workspace["root"], workspace["found_by"]) == world.expected(), (steps, workspace)
+        tally["cases"] += 1
+
+    run()
+    assert server.close() == 0
+    report("roots_fuzz", cases=tally["cases"], steps=dict(tally))
+
+
+# =============================================================================
+# Rule 24: a roots answer costs in proportion to its size
+# =============================================================================
+
+def deep_uri(size=4096):
+    """A file: URI of `size` bytes whose path has as many components as fit: resolving it
+    costs a look at each of them.  A Windows server gets it on a drive, as a client there
+    would send it."""
+    start = "file:///Z:/" if server_is_windows() else "file:///"
+    return start + "a/" * ((size - len(start)) // 2)
+
+
+def roots_answer(request, uris):
+    return {"jsonrpc": "2.0", "id": request["id"], "result": {"roots": [{"uri": uri}
+                                                                        for uri in uris]}}
+
+
+def declared_roots(server):
+    params = {"protocolVersion": "2025-06-18", "capabilities": {"roots": {"listChanged": True}},
+              "clientInfo": {"name": "pytest-client", "version": "1.0"}}
+    assert "result" in server.request("initialize", params)
+    server.notify("notifications/initialized")
+    request = server.server_request()
+    assert request["method"] == "roots/list", request
+    return request
+
+
+def test_rule24_a_thousand_deep_roots_hold_no_message_behind_them(start_server, workspace):
+    """1,000 roots of 4,096 bytes, each a path of some two thousand components (about 9 s
+    to resolve them all): the ping right behind the answer is answered in under a second,
+    and so is one sent while a call that needs them is in flight."""
+    inside = workspace / "src"
+    inside.mkdir()
+    server = start_server(cwd=inside)
+    request = declared_roots(server)
+    started = time.monotonic()
+    server.send(roots_answer(request, [deep_uri()] * 1000))
+    assert server.request("ping")["result"] == {}
+    behind_the_answer = time.monotonic() - started
+    call = server.request_message("tools/call", server.call_params("context", {}))
+    server.send(call)
+    started = time.monotonic()
+    assert server.request("ping")["result"] == {}
+    beside_the_call = time.monotonic() - started
+    answer = server.response(call["id"])
+    to_the_call = time.monotonic() - started
+    report("roots_deep", roots=1000, uri_bytes=4096,
+           seconds_to_ping=round(behind_the_answer, 3), seconds_beside_a_call=round(beside_the_call, 3),
+           seconds_to_the_call=round(to_the_call, 3))
+    assert behind_the_answer < 1.0 and beside_the_call < 1.0, (behind_the_answer, beside_the_call)
+    # None of them holds the working directory: each is judged by one stat, the call does
+    # not resolve them all (it took ~9 s when it did).
+    assert to_the_call < 1.0, to_the_call
+    assert answer["result"]["structuredContent"]["workspace"]["found_by"] == "roots", answer
+    assert server.close() == 0
+
+
+def test_rule24_the_root_holding_the_working_directory_is_found_among_them(start_server,
+                                                                            workspace):
+    """The project, as the 1,000th root behind 999 deep ones, holds the working directory:
+    it is the start directory, found without resolving the others."""
+    inside = workspace / "src"
+    inside.mkdir()
+    server = start_server(cwd=inside)
+    seconds = workspace_by_roots(server, [deep_uri()] * 999 + [server_file_uri(workspace)],
+                                 workspace)
+    report("roots_deep_used", roots=1000, seconds_to_context=round(seconds, 3))
+    assert server.close() == 0
+
+
+def workspace_by_roots(server, uris, workspace):
+    """Answer the server's roots/list with `uris`, then call `context`: the Workspace must be
+    `workspace`, found by roots.  The seconds from the answer to the result."""
+    request = declared_roots(server)
+    started = time.monotonic()
+    server.send(roots_answer(request, uris))
+    result = server.call("context")["result"]
+    seconds = time.monotonic() - started
+    assert result["isError"] is False, result
+    found = result["structuredContent"]["workspace"]
+    assert (found["root"], found["found_by"]) == (server_path(workspace), "roots"), found
+    return seconds
+
+
+@pytest.fixture
+def deep_folder(tmp_path):
+    """A real folder as many components deep as a root's 4,096-byte URI holds (resolving
+    it looks at each of them), made and removed a component at a time: shutil.rmtree would
+    recurse past Python's limit."""
+    base = tmp_path / "deep"
+    base.mkdir()
+    depth = (4096 - len(server_file_uri(base)) - 1) // 2
+    folders = [os.open(str(base), os.O_RDONLY)]
+    try:
+        for _ in range(depth):
+            os.mkdir("a", dir_fd=folders[-1])
+            folders.append(os.open("a", os.O_RDONLY, dir_fd=folders[-1]))
+        os.close(folders.pop())
+        yield base.joinpath(*["a"] * depth)
+    finally:
+        while folders:
+            folder = folders.pop()
+            os.rmdir("a", dir_fd=folder)
+            os.close(folder)
+
+
+def test_rule24_a_link_to_the_project_is_found_behind_deep_folders(start_server, workspace,
+                                                                     tmp_path, request):
+    """999 roots that are real folders, each a different one some two thousand deep
+    (resolving one costs some 0.1 s), then a link to the project: the link holds the working
+    directory (it is the same folder as one above it), so it is the start directory, resolved
+    to the project, and the deep ones are each looked at once, never resolved.  Under Wine a
+    stat itself walks such a path a component at a time (~0.15 s each, where Windows asks
+    the file system once), so a Windows server gets 999 shallow folders: the link must still
+    be told apart by what it is, not by how it is written."""
+    inside = workspace / "src"
+    inside.mkdir()
+    link = tmp_path / "project-link"
+    link.symlink_to(workspace, target_is_directory=True)
+    if server_is_windows():
+        others = [tmp_path / "others" / str(number) for number in range(999)]
+        for folder in others:
+            folder.mkdir(parents=True)
+    else:
+        others = list(request.getfixturevalue("deep_folder").parents)[:999]
+    server = start_server(cwd=inside)
+    seconds = workspace_by_roots(server, [server_file_uri(folder, resolved=False)
+                                          for folder in others + [link]], workspace)
+    report("roots_deep_folders_then_a_link", roots=1000, seconds_to_context=round(seconds, 3))
+    assert seconds < 10.0, seconds     # resolving the 999 took ~110 s
+    assert server.close() == 0

@@ -7,6 +7,9 @@ What each test looks at is outside the server: the daemon's record of every requ
 file, the Capsule read straight from the daemon's HTTP API, and the bytes of
 `.memprove/context.json`.  Expected texts (Problem sentences, the Pack) are written out
 here from the spec, never taken from the module under test.
+
+Also lone surrogates in every text the write tools take or find (contract.md §6 rule 2), and
+`end` restoring the parent's Task (rule 10).
 """
 
 import http.client
@@ -21,8 +24,10 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import pytest
 
-import ledgerd
+from hardening_support import (ascii_context_of, call_tool, context_path, daemon_ops, outcome_of,
+                               read_json)
 from harness import server_path, snapshot, tool_value
+import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 
 # contract.md section 4, copied by hand.
 SENTENCES = {
@@ -1141,7 +1146,6 @@ def test_complete_on_a_run_the_daemon_never_recorded(world, ready):
     assert re.search(r"\br2\b", hint), hint
 
 
-
 # contract.md §6 rule 27: a runs line is shown only in its one shape, by every tool.  A
 # repository's runs.jsonl chooses its labels; `context` already skips a line whose label is
 # not `r` and digits (rule 20), but `complete` put them into its error text unchecked.
@@ -1322,3 +1326,156 @@ def test_write_timing_out_once_is_retried_and_recorded_once(world, ready):
 def test_a_read_whose_answer_is_lost_is_not_retried(world, ready, tool, op):
     world.daemon.inject("drop_after", op=op)
     expect_problem(world, ready.agent, tool, ARGUMENTS[tool], "daemon_error", ops=[op])
+
+
+HALF = "\ud800"                     # the first half of a surrogate pair, alone
+
+
+OTHER_HALF = "\udfff"
+
+
+# =============================================================================
+# Rules 1 and 2: any string that arrived can be written; a write is never left
+# unaccounted for
+# =============================================================================
+
+def test_rule2_lone_surrogate_in_new_task_round_trips(hserve, config, daemon, workspace):
+    """§6 rules 1 and 2: `begin {"new_task": "fix \\ud800 bug"}`, sent as raw JSON with the
+    escape, succeeds; the daemon gets the title unchanged; context.json is ASCII JSON and holds
+    it unchanged; every later tool reads that context."""
+    server = hserve(config=config, timeout=5)
+    server.initialize()
+    title = "fix " + HALF + " bug"
+    line = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"begin",'
+            '"arguments":{"new_task":"fix \\ud800 bug"}}}\n')
+    server.send_raw(line.encode("ascii"))
+    code, value = outcome_of(server.response(1))
+    assert code == "ok", value
+    created = daemon_ops(daemon, "createTask")
+    assert len(created) == 1 and created[0]["body"]["title"] == title
+    context = ascii_context_of(workspace)
+    assert context["task"]["title"] == title
+    assert context["task"]["id"] == value["task_id"]
+    assert context["session"]["id"] == value["session_id"]
+    code, shown = call_tool(server, "context")
+    assert code == "ok" and shown["task"]["number"] == value["task"]["number"], shown
+    assert call_tool(server, "checkpoint", {"facts": [{"text": "after " + HALF}]})[0] == "ok"
+    assert server.close() == 0
+
+
+def test_rule2_lone_surrogate_in_agent_name(hserve, config, daemon, workspace):
+    """§6 rules 1 and 2: a lone surrogate in an agent name: `begin` succeeds, the daemon gets
+    the name (unchanged, or folded as tools.md folds agent names: U+FFFD for the half), and
+    context.json holds exactly what the daemon got, as ASCII JSON."""
+    server = hserve(config=config, timeout=5)
+    server.initialize()
+    name = "agent " + OTHER_HALF
+    code, value = call_tool(server, "begin", {"new_task": "Agent name", "agent_name": name})
+    assert code == "ok", value
+    sent = daemon_ops(daemon, "createSession")
+    assert len(sent) == 1 and sent[0]["body"]["agent"]["name"] in (name, "agent \ufffd"), sent
+    context = ascii_context_of(workspace)
+    assert context["session"]["agent"]["name"] == sent[0]["body"]["agent"]["name"]
+    assert call_tool(server, "checkpoint", {"next_action": "Go on."})[0] == "ok"
+    assert server.close() == 0
+
+
+def test_rule2_task_title_stored_by_another_client(hserve, config, daemon, workspace):
+    """§6 rules 1 and 2: a Task whose title another client stored with a lone surrogate is
+    begun with `begin {"task": N}`: the context holds the title unchanged, as ASCII JSON."""
+    title = "half an emoji \ud83d"
+    import http.client
+    import uuid
+    def post(path, body):
+        connection = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)
+        connection.request("POST", path, body=json.dumps(body).encode("ascii"), headers={
+            "Authorization": "Bearer " + config.token, "Content-Type": "application/json",
+            "Idempotency-Key": str(uuid.uuid4())})
+        answer = connection.getresponse()
+        data = json.loads(answer.read().decode("utf-8"))
+        connection.close()
+        assert answer.status in (200, 201), data
+        return data
+    workspace_id = post("/v1/workspaces/resolve", {"root": server_path(workspace)})["workspace"]["id"]
+    task = post("/v1/tasks", {"workspace_id": workspace_id, "title": title})["task"]
+    assert task["title"] == title
+    server = hserve(config=config, timeout=5)
+    server.initialize()
+    code, value = call_tool(server, "begin", {"task": task["number"]})
+    assert code == "ok", value
+    assert value["task_id"] == task["id"]
+    context = ascii_context_of(workspace)
+    assert context["task"]["title"] == title
+    code, tasks = call_tool(server, "tasks")
+    assert code == "ok" and tasks["tasks"][0]["current"] is True, tasks
+    assert server.close() == 0
+
+
+def test_rule2_unknown_context_key_with_a_lone_surrogate_survives_end(begun, daemon, workspace):
+    """§6 rules 1 and 2: a context.json holding `\\ud800` in a key the server does not know
+    (written there by another tool) survives `end` and a later `begin`: both succeed, the
+    key is kept unchanged, and the file stays ASCII."""
+    server, value = begun
+    context = read_json(context_path(workspace))
+    context["x-other-tool"] = {"note": "cut " + HALF, "list": [OTHER_HALF]}
+    context_path(workspace).write_bytes(json.dumps(context, indent=2).encode("ascii"))
+    code, ended = call_tool(server, "end")
+    assert code == "ok", ended
+    assert len(daemon_ops(daemon, "endSession")) == 1
+    after = ascii_context_of(workspace)
+    assert after["x-other-tool"] == {"note": "cut " + HALF, "list": [OTHER_HALF]}
+    assert after["session"] is None
+    code, again = call_tool(server, "begin", {})
+    assert code == "ok", again
+    after = ascii_context_of(workspace)
+    assert after["x-other-tool"] == {"note": "cut " + HALF, "list": [OTHER_HALF]}
+    assert after["session"]["id"] == again["session_id"]
+    assert server.close() == 0
+
+
+def test_rule2_lone_surrogates_in_every_text_of_the_write_tools(begun, daemon, workspace):
+    """§6 rule 2: checkpoint and decide texts with lone surrogates reach the daemon as they
+    were sent; the Pack folds them on display (pack.md)."""
+    server, value = begun
+    fact, item, action = "fact " + HALF, "item " + OTHER_HALF, "next \udc00"
+    code, done = call_tool(server, "checkpoint", {"facts": [{"text": fact}], "open_items": [item],
+                                             "next_action": action})
+    assert code == "ok", done
+    body = daemon_ops(daemon, "createCheckpoint")[-1]["body"]
+    assert body["facts"][0]["text"] == fact and body["open_items"][0]["text"] == item
+    assert body["next_action"]["text"] == action
+    code, decided = call_tool(server, "decide", {"decision": "use " + HALF, "rationale": "why " + HALF,
+                                            "alternatives": ["not " + OTHER_HALF]})
+    assert code == "ok", decided
+    body = daemon_ops(daemon, "proposeDecision")[-1]["body"]
+    assert body["text"] == "use " + HALF and body["alternatives"] == ["not " + OTHER_HALF]
+    code, claims = call_tool(server, "claims", {"numbers": [1, 2, 3, 4]})
+    assert code == "ok", claims
+    assert all("\ufffd" in claim["line"] for claim in claims["claims"]), claims
+    assert server.close() == 0
+
+
+# =============================================================================
+# Rule 10: end restores a whole context
+# =============================================================================
+
+def test_rule10_end_restores_the_parents_task(begun, daemon, workspace):
+    """§6 rule 10: `begin new_task` from a Session of another Task, then `end`: the context
+    gets back the parent Session and the parent's Task, and the next `checkpoint` works."""
+    server, first = begun
+    code, second = call_tool(server, "begin", {"new_task": "A sub-task"})
+    assert code == "ok", second
+    assert second["session"]["parent"] == first["session"]["number"]
+    assert second["task_id"] != first["task_id"]
+    code, ended = call_tool(server, "end")
+    assert code == "ok", ended
+    assert ended["context_session"] == first["session"]["number"]
+    context = read_json(context_path(workspace))
+    assert context["session"]["id"] == first["session_id"]
+    assert context["task"]["id"] == first["task_id"], context["task"]
+    assert context["task"]["number"] == first["task"]["number"]
+    assert context["task"]["title"] == "Fixture task"
+    code, done = call_tool(server, "checkpoint", {"facts": [{"text": "Back on the first Task."}]})
+    assert code == "ok", done
+    assert done["task_id"] == first["task_id"] and done["session_id"] == first["session_id"]
+    assert server.close() == 0

@@ -8,7 +8,7 @@
 #     ${XDG_CACHE_HOME:-~/.cache}/memprove-mcp-windows/bin/python-win3.8, python-win3.13
 #
 # which tests/conftest.py finds there (MEMPROVE_TEST_SERVER_PYTHON=win3.8 runs
-# the end-to-end suite with the server under it; tests/test_windows.py uses both).
+# the end-to-end suite with the server under it; the tests that take `win` use both).
 #
 # Installing wine64 needs root (run as another user, it asks sudo for apt-get
 # alone); the rest runs as the user who runs the tests, since Wine refuses a

@@ -17,7 +17,7 @@ facts, `pack` at budget 4,000 and at 60,000, `claims` of 50 long claims, `contex
 
 From the requests Claude Code sent the endpoint the test reads what the model received for
 each call: `pack` as the opening statement, an empty line and the Pack, byte for byte equal to
-an independent rendering of the daemon's Capsule (test_pack_properties.ref_render, written
+an independent rendering of the daemon's Capsule (test_pack.ref_render, written
 from pack.md); every other result as its JSON; the failing call as an error with
 `<code>: <sentence>`; the largest `pack` and `claims` whole, never a preview.  Then the ledger,
 `context.json`, and the token: nowhere in the server's output streams, in what reached the
@@ -43,7 +43,7 @@ from interop.model_endpoint import Endpoint, Script, ToolCall, Turn
 from interop.support import (
     TEE, check_connection, check_tool_listing, connections, print_config, session_connections,
     transcripts)
-from test_pack_properties import ref_claim_line, ref_fold, ref_render, units
+from test_pack import ref_claim_line, ref_fold, ref_render, units
 
 PREFIX = "mcp__memprove__"
 TITLE = "Fix flaky upload retries \u2014 caf\u00e9 edition"

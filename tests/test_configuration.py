@@ -1,33 +1,22 @@
-"""Unit tests of configuration resolution and argument validation.
+"""Unit tests of configuration resolution (memprove_mcp.py's "Configuration and Workspace").
 
-No subprocess, no daemon: the functions of memprove_mcp.py's sections 5 and 8
-are called directly.  Every expected value is written out by hand from
-contract.md (§1 configuration, §2 Workspace) and tools.md
-(argument rules); nothing is computed by calling the function under test.
+No subprocess, no daemon: the functions are called directly.  Every expected value is written
+out by hand from contract.md (§1 configuration, §2 Workspace); nothing is computed by calling
+the function under test.  (Argument validation is in test_tool_dispatch.py.)
 """
 
 import os
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from harness import PLANTED, raises_problem
+import memprove_mcp as mp
 
-import memprove_mcp as mp  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 POSIX_ONLY = pytest.mark.skipif(os.name == "nt", reason="POSIX file modes, FIFOs and symlinks")
-PLANTED = "ZQXJ-planted-7731"   # a value no hint may repeat
-UUID = "0b9d2c1e-4f6a-4b8e-9c3d-2a1f0e9b8c7d"
-
-
-def raises_problem(code, function, *args):
-    with pytest.raises(mp.Problem) as caught:
-        function(*args)
-    assert caught.value.code == code
-    return caught.value
 
 
 def code_of(function, *args):
@@ -36,10 +25,6 @@ def code_of(function, *args):
     except mp.Problem as problem:
         return problem.code
     return "no problem"
-
-
-def schema_of(tool_name):
-    return next(entry for entry in mp.TOOLS if entry["name"] == tool_name)["inputSchema"]
 
 
 @pytest.fixture
@@ -243,7 +228,7 @@ def test_daemon_url_read_from_daemon_json(tmp_path):
 
 # daemon_file_doubt (contract.md §6 rule 19): the owners and modes of daemon.json and its
 # data directory, judged for each platform of the table (the e2e tests with real other
-# users are in tests/test_trust.py).
+# users are in tests/test_daemon_client_trust.py).
 
 ME, OTHER, THIRD = os.geteuid() if hasattr(os, "geteuid") else 1000, 54321, 54322
 
@@ -417,161 +402,3 @@ def test_daemon_url_loopback_http_accepted(url, port, base):
 def test_daemon_url_other_addresses_refused(url):
     problem = raises_problem("daemon_address_refused", mp.check_daemon_url, url)
     assert url not in problem.text() and PLANTED.lower() not in problem.text()
-
-
-# --------------------------------------------------------------------------
-# validate: the tool table's input schemas (tools.md, "Rules for every tool")
-# --------------------------------------------------------------------------
-
-def refused(tool_name, arguments):
-    return raises_problem("invalid_params", mp.validate, schema_of(tool_name), arguments)
-
-
-def test_every_input_schema_refuses_additional_properties():
-    assert len(mp.TOOLS) == 10
-    for entry in mp.TOOLS:
-        assert entry["inputSchema"]["additionalProperties"] is False, entry["name"]
-
-
-@pytest.mark.parametrize("given", [3, 3.0, "3"])
-def test_integer_accepts_int_integral_float_and_digits(given):
-    checked = mp.validate(schema_of("pack"), {"task": given})
-    assert checked == {"task": 3}
-    assert type(checked["task"]) is int
-
-
-@pytest.mark.parametrize("given", [True, 3.5, "3.5", "", "\uff13", None])
-def test_integer_refuses_non_integers(given):
-    refused("pack", {"task": given})
-
-
-@pytest.mark.parametrize("given", [0, "-1"])
-def test_integer_below_minimum_refused(given):
-    problem = refused("pack", {"task": given})
-    assert "`task`" in problem.hint
-
-
-@pytest.mark.parametrize("given", [499, "60001"])
-def test_budget_outside_range_refused_with_range_hint(given):
-    problem = refused("pack", {"budget": given})
-    assert "500" in problem.hint and "60000" in problem.hint
-
-
-def test_budget_bounds_accepted():
-    assert mp.validate(schema_of("pack"), {"budget": 500}) == {"budget": 500}
-    assert mp.validate(schema_of("pack"), {"budget": "60000"}) == {"budget": 60000}
-
-
-def test_thirty_digit_string_gets_same_hint_as_huge_int():
-    as_int = refused("pack", {"budget": 10 ** 30})
-    as_text = refused("pack", {"budget": "9" * 30})
-    assert "whole number" not in as_text.hint
-    assert as_text.hint == as_int.hint
-
-
-@pytest.mark.parametrize("uuid", [UUID, "{%s}" % UUID.upper()])
-def test_uuid_for_task_gets_the_spec_hint(uuid):
-    problem = refused("pack", {"task": uuid})
-    assert problem.hint == "`task` takes a number from `tasks`, never a UUID."
-    assert uuid not in problem.text()
-
-
-@pytest.mark.parametrize("tool_name, arguments, name", [
-    ("claims", {"numbers": [UUID]}, "numbers"),
-    ("checkpoint", {"withdraw": [1, UUID]}, "withdraw"),
-    ("complete", {"session": UUID}, "session"),
-])
-def test_uuid_anywhere_a_number_belongs_is_refused_with_hint(tool_name, arguments, name):
-    problem = refused(tool_name, arguments)
-    assert "UUID" in problem.hint
-    assert name in problem.hint
-    assert UUID not in problem.text()
-
-
-@pytest.mark.parametrize("tool_name, name, limit, extra", [
-    ("begin", "new_task", 200, {}),
-    ("decide", "rationale", 2000, {"decision": "d"}),
-])
-def test_string_max_length(tool_name, name, limit, extra):
-    at_limit = dict(extra, **{name: "x" * limit})
-    assert mp.validate(schema_of(tool_name), at_limit) == at_limit
-    problem = refused(tool_name, dict(extra, **{name: "Q" * limit + PLANTED}))
-    assert "`%s`" % name in problem.hint
-    assert PLANTED not in problem.text()
-
-
-@pytest.mark.parametrize("tool_name, arguments", [
-    ("begin", {"new_task": ""}), ("checkpoint", {"facts": [{"text": ""}]}),
-])
-def test_empty_required_string_refused(tool_name, arguments):
-    refused(tool_name, arguments)
-
-
-def test_list_over_fifty_items_refused():
-    assert mp.validate(schema_of("claims"), {"numbers": list(range(1, 51))})["numbers"][-1] == 50
-    refused("claims", {"numbers": list(range(1, 52))})
-    refused("claims", {"numbers": []})
-
-
-@pytest.mark.parametrize("tool_name, arguments, missing", [
-    ("claims", {"task": 1}, "numbers"), ("decide", {"rationale": PLANTED}, "decision"),
-])
-def test_required_argument_named_in_hint(tool_name, arguments, missing):
-    problem = refused(tool_name, arguments)
-    assert missing in problem.hint
-    assert PLANTED not in problem.text()
-
-
-def test_unknown_argument_refused_without_its_value():
-    problem = refused("context", {"bogus_argument": PLANTED})
-    assert "bogus_argument" in problem.hint
-    assert PLANTED not in problem.text()
-
-
-@pytest.mark.parametrize("label", ["r0", "r1\n", PLANTED])
-def test_run_label_pattern_refused(label):
-    problem = refused("checkpoint", {"runs": [label]})
-    assert "runs" in problem.hint
-    assert PLANTED not in problem.text()
-
-
-def test_run_label_pattern_accepted():
-    labels = ["r1", "r9", "r10", "r4321"]
-    assert mp.validate(schema_of("decide"), {"decision": "d", "runs": labels})["runs"] == labels
-
-
-@pytest.mark.parametrize("tool_name, arguments", [
-    ("tasks", {"status": PLANTED}),
-    ("begin", {"agent_role": PLANTED}),
-    ("checkpoint", {"open_items": PLANTED}),
-    ("pack", {PLANTED + " free text": 1}),                       # an unknown key that is free text
-    ("checkpoint", {"facts": [{"text": "a fact", "extra": PLANTED}]}),
-])
-def test_bad_argument_refused_without_repeating_it(tool_name, arguments):
-    problem = refused(tool_name, arguments)
-    assert PLANTED not in problem.text()
-
-
-def test_arguments_that_are_not_an_object_refused():
-    refused("pack", "not an object")
-    refused("pack", [])
-
-
-def test_valid_full_checkpoint_passes_unchanged_but_numbers():
-    arguments = {"facts": [{"text": "Retries use a fixed 1 s delay.", "runs": ["r4"]}],
-                 "open_items": ["The S3 mock ignores Content-MD5."], "reaffirm": ["3"],
-                 "withdraw": [5.0], "next_action": "Compare r4 under load.", "runs": ["r4"],
-                 "session": "2"}
-    assert mp.validate(schema_of("checkpoint"), arguments) == {
-        "facts": [{"text": "Retries use a fixed 1 s delay.", "runs": ["r4"]}],
-        "open_items": ["The S3 mock ignores Content-MD5."], "reaffirm": [3],
-        "withdraw": [5], "next_action": "Compare r4 under load.", "runs": ["r4"],
-        "session": 2}
-
-
-def test_a_digit_string_past_the_interpreters_limit_is_refused_as_too_long():
-    # Python 3.11+ converts at most 4,300 digits (a bare JSON number that long is a
-    # parse error there); earlier versions convert it, and it is then out of range.
-    problem = refused("pack", {"budget": "9" * 5000})
-    assert problem.hint in ("`budget` has too many digits.", "`budget` must be from 500 to 60000.")
-    assert "9" * 50 not in problem.text()

@@ -16,6 +16,10 @@ appended to `runs.jsonl`), one Run for each `begin`.  Meanwhile:
 
 MEMPROVE_STRESS_ROUNDS sets the number of begin/end rounds per server (by default 200 in
 the "ci" test profile, 40 in the quick one: conftest.depth).
+
+Under Windows (the `win` fixture: python.org's CPython under Wine), context.json is written
+while other processes hold it open, deny reading it, read it in a loop or hold context.lock
+past msvcrt's own wait, and a killed writer leaves it whole.
 """
 
 import json
@@ -24,11 +28,13 @@ import subprocess
 import sys
 import threading
 import traceback
+from pathlib import Path
 
 import pytest
 
-import ledgerd
-from harness import depth, server_path
+from hardening_support import ok_value
+from harness import Helper, SAFETY_TIMEOUT, depth, server_path
+import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 
 fcntl = pytest.importorskip("fcntl")
 
@@ -298,4 +304,295 @@ def test_a_refused_transition_to_a_task_that_is_not_active_still_fails(
     after = [op for op, _ in done[[op for op, _ in done].index("transitionTask") + 1:]]
     assert after == ["listTasks"], done                  # read again, and nothing more
     assert not os.path.exists(os.path.join(root, ".memprove", "context.json"))
+    assert server.close() == 0
+
+
+# ---------------------------------------------------------------------------
+# Under Windows: context.json while others hold it, read it, or hold its lock
+# ---------------------------------------------------------------------------
+
+# Holds context.json open as Python's open() does (no FILE_SHARE_DELETE, so a
+# rename onto it fails), and lets it go only once the server has held
+# context.lock through three looks in a row: the server is then writing, and a
+# writer that gives up at the first refusal has answered already.
+HOLDER = r'''
+import msvcrt, os, sys, time
+context, lock = sys.argv[1], sys.argv[2]
+held = open(context, "rb")
+descriptor = os.open(lock, os.O_RDWR)
+sys.stdout.write("held\n")
+sys.stdout.flush()
+looks = 0
+while looks < 3:
+    os.lseek(descriptor, 0, 0)
+    try:
+        msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)
+    except OSError:
+        looks += 1
+    else:
+        os.lseek(descriptor, 0, 0)
+        msvcrt.locking(descriptor, msvcrt.LK_UNLCK, 1)
+        looks = 0
+    time.sleep(0.005)
+held.close()
+sys.stdout.write("released\n")
+sys.stdout.flush()
+'''
+
+
+def memprove_paths(workspace):
+    directory = Path(os.path.realpath(str(workspace))) / ".memprove"
+    return directory / "context.json", directory / "context.lock"
+
+
+def sound_context(path):
+    """context.json parsed: whole, version 1 (contract.md's context file)."""
+    context = json.loads(path.read_text(encoding="ascii"))
+    assert context["version"] == 1, context
+    return context
+
+
+def test_begin_and_end_while_another_process_holds_the_context_open(win, win_server, daemon,
+                                                                    workspace, tmp_path, helpers):
+    """contract.md §5: os.replace fails while another process has context.json open;
+    the write retries under the lock, so the call succeeds once the file is let go."""
+    server = win_server()
+    server.initialize()
+    ok_value(server.call("begin", {"new_task": "Held open"}))
+    context, lock = memprove_paths(workspace)
+    for tool, arguments in (("end", {}), ("begin", {}), ("end", {}), ("begin", {})):
+        holder = Helper(win, tmp_path, "holder", HOLDER, win.path(context), win.path(lock))
+        helpers.append(holder)
+        holder.expect("held")
+        ok_value(server.call(tool, arguments))
+        holder.expect("released")
+        assert holder.proc.wait(SAFETY_TIMEOUT) == 0
+    assert sound_context(context)["session"]["number"] == 3
+    assert server.close() == 0
+
+
+# Holds context.json open sharing nothing (as some editors and scanners open a file):
+# while it does, no one can even read the file.  The hold outlasts a bare reader's
+# short wait (SHARED_READ_WAIT, 2 s): that length is the situation under test.
+EXCLUSIVE = r'''
+import ctypes, sys, time
+from ctypes import wintypes
+create = ctypes.windll.kernel32.CreateFileW
+create.restype = wintypes.HANDLE
+create.argtypes = [wintypes.LPCWSTR, wintypes.DWORD, wintypes.DWORD, wintypes.LPVOID,
+                   wintypes.DWORD, wintypes.DWORD, wintypes.HANDLE]
+handle = create(sys.argv[1], 0x80000000, 0, None, 3, 0x80, None)  # GENERIC_READ, no sharing
+assert handle not in (None, wintypes.HANDLE(-1).value), ctypes.GetLastError()
+sys.stdout.write("held\n")
+sys.stdout.flush()
+time.sleep(float(sys.argv[2]))
+ctypes.windll.kernel32.CloseHandle(wintypes.HANDLE(handle))
+sys.stdout.write("released\n")
+sys.stdout.flush()
+'''
+
+
+EXCLUSIVE_SECONDS = 3
+
+
+def test_begin_while_another_process_denies_even_reading_the_context(win, win_server, daemon,
+                                                                     workspace, tmp_path,
+                                                                     helpers):
+    """A refusal to read context.json that lasts past a bare reader's wait is waited out
+    as long as the call's writes would wait (MEMPROVE_TIMEOUT): `begin` with no
+    arguments continues the context's Task, its parent the open Session, and nothing
+    is moved aside as unreadable."""
+    server = win_server()
+    server.initialize()
+    ok_value(server.call("begin", {"new_task": "Locked away"}))
+    context, _ = memprove_paths(workspace)
+    holder = Helper(win, tmp_path, "exclusive", EXCLUSIVE, win.path(context), EXCLUSIVE_SECONDS)
+    helpers.append(holder)
+    holder.expect("held")
+    begun = ok_value(server.call("begin", {}))
+    holder.expect("released")
+    assert begun["session"]["number"] == 2 and begun["session"]["parent"] == 1, begun
+    assert "moved_aside" not in begun, begun
+    assert sorted(path.name for path in context.parent.glob("context.json*")) == ["context.json"]
+    assert sound_context(context)["session"]["number"] == 2
+    assert server.close() == 0
+
+
+def test_begin_and_end_while_another_server_reads_the_context_in_a_loop(win_server, daemon,
+                                                                        workspace):
+    """Two servers in one project: one's `context` reads (each holding the file open while
+    it reads) never make the other's writes fail, and no read fails for the writes."""
+    writer, reader = win_server(), win_server()
+    writer.initialize()
+    reader.initialize()
+    ok_value(writer.call("begin", {"new_task": "Read while written"}))
+    started, finished, reads, problems = threading.Event(), threading.Event(), [], []
+
+    def read_in_a_loop():
+        try:
+            while not finished.is_set():
+                reads.append(ok_value(reader.call("context")))
+                started.set()
+        except BaseException as error:      # noqa: B902 -- reported below
+            problems.append(error)
+            started.set()
+
+    thread = threading.Thread(target=read_in_a_loop, daemon=True)
+    thread.start()
+    assert started.wait(SAFETY_TIMEOUT)
+    try:
+        numbers = []
+        for _ in range(20):
+            numbers.append(ok_value(writer.call("begin", {}))["session"]["number"])
+            ok_value(writer.call("end", {}))
+    finally:
+        finished.set()
+        thread.join(SAFETY_TIMEOUT)
+    assert not problems, problems
+    assert numbers == list(range(2, 22))
+    assert all("context_error" not in read and read["workspace"]["problem"] is None
+               for read in reads), [read for read in reads if "context_error" in read][:1]
+    context, _ = memprove_paths(workspace)
+    assert sound_context(context)["session"]["number"] == 1
+    assert writer.close() == 0 and reader.close() == 0
+
+
+# Another writer of context.json, as a tool of the user's could be: it takes
+# context.lock in a loop of its own, adds one to an unknown key (which servers keep,
+# contract.md's context file), and once, halfway, holds the lock past the ~10 s
+# after which msvcrt's LK_LOCK gives up on Windows (Wine's after ~10 ms): that
+# long hold is the situation under test, not a wait for anything.
+TALLY = r'''
+import json, msvcrt, os, sys, time
+context, lock, count, hold = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+descriptor = os.open(lock, os.O_RDWR)
+temporary = os.path.join(os.path.dirname(context), "tally-writer.tmp")
+
+def take():
+    while True:
+        os.lseek(descriptor, 0, 0)
+        try:
+            msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)
+            return
+        except OSError:
+            time.sleep(0.001)
+
+def give():
+    os.lseek(descriptor, 0, 0)
+    msvcrt.locking(descriptor, msvcrt.LK_UNLCK, 1)
+
+def read():
+    while True:
+        try:
+            with open(context, "rb") as file:
+                return json.loads(file.read().decode("utf-8"))
+        except PermissionError:          # a server renames onto it this moment
+            time.sleep(0.001)
+
+def write(value):
+    with open(temporary, "wb") as file:
+        file.write((json.dumps(value, indent=2) + "\n").encode("ascii"))
+        file.flush()
+        os.fsync(file.fileno())
+    while True:
+        try:
+            os.replace(temporary, context)
+            return
+        except PermissionError:          # a server reads it this moment
+            time.sleep(0.001)
+
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+sys.stdin.readline()
+for index in range(count):
+    take()
+    try:
+        value = read()
+        value["tally"] = value.get("tally", 0) + 1
+        write(value)
+        if index == count // 2:
+            sys.stdout.write("holding\n")
+            sys.stdout.flush()
+            time.sleep(hold)
+    finally:
+        give()
+sys.stdout.write("done\n")
+sys.stdout.flush()
+'''
+
+
+TALLY_COUNT = 24
+
+
+LOCK_HELD_SECONDS = 11
+
+
+def test_two_servers_and_a_long_lock_holder_lose_no_update(win, win_server, daemon, workspace,
+                                                           tmp_path, helpers):
+    """Two servers each begin and end Sessions while a third process updates context.json
+    under context.lock and once holds the lock for longer than msvcrt waits: every call
+    succeeds (the lock is taken in a loop up to MEMPROVE_TIMEOUT) and every one of the
+    third process's updates survives the servers' rewrites."""
+    servers = [win_server(), win_server()]
+    for server in servers:
+        server.initialize()
+    ok_value(servers[0].call("begin", {"new_task": "Shared"}))
+    context, lock = memprove_paths(workspace)
+    tally = Helper(win, tmp_path, "tally", TALLY, win.path(context), win.path(lock), TALLY_COUNT,
+                   LOCK_HELD_SECONDS)
+    helpers.append(tally)
+    tally.expect("ready")
+    finished, done_calls, problems = threading.Event(), [0, 0], []
+
+    def cycle(index):
+        server = servers[index]
+        try:
+            while not finished.is_set():
+                begun = ok_value(server.call("begin", {"new_task": "Server %d" % index}))
+                ok_value(server.call("end", {"session": begun["session"]["number"]}))
+                done_calls[index] += 2
+        except BaseException as error:      # noqa: B902 -- reported below
+            problems.append(error)
+
+    threads = [threading.Thread(target=cycle, args=(index,), daemon=True) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    tally.tell("go")
+    try:
+        tally.expect("holding")
+        tally.expect("done", timeout=SAFETY_TIMEOUT + LOCK_HELD_SECONDS * 2)
+    finally:
+        finished.set()
+        for thread in threads:
+            thread.join(SAFETY_TIMEOUT * 4)
+    assert not problems, problems
+    assert all(count >= 2 for count in done_calls), done_calls
+    assert sound_context(context).get("tally") == TALLY_COUNT
+    assert all(server.close() == 0 for server in servers)
+
+
+def test_a_server_killed_mid_write_leaves_the_context_whole(win, win_server, daemon, workspace):
+    """Killed (TerminateProcess, as Wine's SIGKILL is) while calls write context.json:
+    the file is whole every time, and the next writer clears what was left."""
+    context, _ = memprove_paths(workspace)
+    for round_number in range(6):
+        server = win_server()
+        server.initialize()
+        pending = []
+        for index in range(6):
+            tool, arguments = ("begin", {"new_task": "Round %d" % round_number}) if index % 2 == 0 \
+                else ("end", {})
+            message = server.request_message("tools/call", server.call_params(tool, arguments))
+            server.send(message)
+            pending.append(message["id"])
+        server.response(pending[0])         # the rest are being written now
+        server.kill()
+        server.checked = True               # killed: its log is cut short on purpose
+        if context.exists():
+            sound_context(context)
+    server = win_server()
+    server.initialize()
+    ok_value(server.call("begin", {"new_task": "After the kills"}))
+    assert sound_context(context)["task"]["title"] == "After the kills"
+    assert not [name for name in os.listdir(str(context.parent)) if name.endswith(".tmp")]
     assert server.close() == 0

@@ -13,22 +13,34 @@ never see a torn file, and a server killed mid-write leaves a whole one.
 Unreadable files and read-only directories need permission checks: as root the
 server runs without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (a prctl wrapper), so
 the checks apply to it as to any user.
+
+Also contract.md §6's rules on the context file: links in `.memprove/` are not followed
+(rule 6), a context of another Workspace is foreign (rule 14, fuzzed with hostile `.memprove/`
+trees), a context naming no root is foreign (rule 20), a rewrite keeps the file's mode
+(rule 12).
 """
 
 import json
 import os
+import re
+import shutil
 import signal
 import stat
 import sys
 import time
+from collections import Counter
 
 import pytest
 
-from harness import SAFETY_TIMEOUT, TOOL_SAMPLES, sample_calls, snapshot
-from hardening_support import (begun_server, outcome_of, read_json, report, skip_or_fail)
+from hardening_support import (FUZZ_EXAMPLES, NO_SHRINK, THIRD_UID, begun_server, call_tool,
+                               context_path, hypothesis_or_fail, outcome_of, read_json, report,
+                               skip_or_fail, wrapper)
+from harness import (SAFETY_TIMEOUT, TOOL_SAMPLES, make_workspace, sample_calls, server_path,
+                     snapshot)
+import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 
-
-import ledgerd  # noqa: E402
+hypothesis_or_fail()
+from hypothesis import given, settings, strategies as st  # noqa: E402
 
 # Every tool but `context` (which reports the file) and `begin` (which moves it aside).
 UNREADABLE_FOR_CALLS = sample_calls("context", "begin")
@@ -567,3 +579,476 @@ def test_killed_mid_write_leaves_a_whole_context(hserve, config, daemon, workspa
     assert_sound_context(workspace)
     report("context_killed_mid_write", kills=kills, whole_context_after_each=True,
            temporary_files_left_by_kills=temporaries, temporary_files_left_after_next_write=0)
+
+
+# -- hostile .memprove/ trees (contract.md §6 rules 6, 14 and 15) ----------------------
+
+TREE_CALLS = sample_calls()
+
+
+class TreeWorld:
+    """A sibling project with a real Task and Session, and a server whose
+    CLAUDE_PROJECT_DIR is a link the test points at a new project tree for each case."""
+
+    def __init__(self, hserve, config, daemon, tmp_path):
+        self.daemon, self.tmp_path = daemon, tmp_path
+        self.sibling = make_workspace(tmp_path / "sibling")
+        server = hserve(config=config, timeout=5, cwd=self.sibling)
+        server.initialize()
+        code, begun = outcome_of(server.call("begin", {"new_task": "The sibling's work"}))
+        assert code == "ok", begun
+        assert server.close() == 0
+        self.secrets = (begun["task_id"], begun["session_id"])
+        self.link = tmp_path / "project-link"
+        self.link.symlink_to(self.sibling)
+        self.server = hserve(config=config, timeout=5, env={"CLAUDE_PROJECT_DIR": str(self.link)})
+        self.server.initialize()
+        self.serial = 0
+
+    def build(self, layout, memprove, context, lock):
+        """A new project tree; returns (project, the other user's directory or None)."""
+        self.serial += 1
+        base = self.tmp_path / "trees" / str(self.serial)
+        others = None
+        if layout == "shared-parent":
+            shared = base / "shared"
+            others = shared / ".memprove"
+            others.mkdir(parents=True)
+            os.chmod(str(others), 0o777)
+            os.chown(str(others), THIRD_UID, THIRD_UID)
+            project = shared / "project"
+            project.mkdir()
+        elif layout == "shared-parent-link":
+            # §6 rule 22: another user's link to a folder that is not theirs (the sibling's).
+            shared = base / "shared"
+            shared.mkdir(parents=True)
+            others = shared / ".memprove"
+            others.symlink_to(self.sibling / ".memprove")
+            os.chown(str(others), THIRD_UID, THIRD_UID, follow_symlinks=False)
+            project = shared / "project"
+            project.mkdir()
+        else:
+            project = base / "project"
+            (project / ".git").mkdir(parents=True)
+            directory = project / ".memprove"
+            sibling = self.sibling / ".memprove"
+            if memprove == "link":
+                directory.symlink_to(sibling)
+            elif memprove == "file":
+                directory.write_bytes(b"not a directory\n")
+            elif memprove == "dir":
+                directory.mkdir()
+                self.fill(project, directory, context, lock)
+        fresh = str(self.link) + ".new"
+        os.symlink(str(project), fresh)
+        os.rename(fresh, str(self.link))
+        return project, others
+
+    def fill(self, project, directory, context, lock):
+        path = directory / "context.json"
+        sibling = self.sibling / ".memprove" / "context.json"
+        mine = {"version": 1, "workspace": {"id": "w", "root": os.path.realpath(str(project))},
+                "task": None, "session": None}
+        if context == "own":
+            path.write_text(json.dumps(mine))
+        elif context == "no-workspace":
+            path.write_text(json.dumps({"version": 1, "task": None, "session": None}))
+        elif context == "no-root":
+            path.write_text(json.dumps(dict(mine, workspace={"id": "w"})))
+        elif context == "number-root":
+            path.write_text(json.dumps(dict(mine, workspace={"id": "w", "root": 5})))
+        elif context == "foreign":
+            path.write_bytes(sibling.read_bytes())
+        elif context == "link":
+            path.symlink_to(sibling)
+        elif context == "dangling":
+            path.symlink_to("nowhere")
+        elif context == "garbage":
+            path.write_bytes(b"{garbage")
+        if lock == "file":
+            (directory / "context.lock").write_bytes(b"")
+        elif lock == "link":
+            (directory / "context.lock").symlink_to(directory.parent / "planted.lock")
+        elif lock == "dir":
+            (directory / "context.lock").mkdir()
+
+
+@pytest.fixture
+def tree_world(hserve, config, daemon, tmp_path):
+    return TreeWorld(hserve, config, daemon, tmp_path)
+
+
+def test_memprove_tree_fuzz(tree_world, daemon):
+    """Project trees whose `.memprove` is a directory, a link to a sibling's, a file or
+    absent; whose context.json is the project's, names no root (no workspace key, none in
+    it, a number), is the sibling's (foreign), links to the sibling's, dangles or is
+    garbage; whose context.lock is a file, a link or a directory; and (as root) a shared
+    parent holding another user's `.memprove/`, or another user's link `.memprove` to a
+    folder that is not theirs (rule 22).  Each tool meets each: links and a wrong
+    type are `context_unreadable` (hint naming the file) for every tool, `begin` included,
+    before any daemon request; garbage is moved aside by `begin` and refused by the
+    others; a foreign context (one naming no root too) is `context_foreign` for the
+    others, moved aside by `begin`; another user's directory is passed over.  Whatever
+    happens, no request names the sibling's Task or Session and the sibling's files stay
+    as they are."""
+    world = tree_world
+    if os.geteuid() != 0:
+        # Said, not silent: the other layout needs a second user (see needs_root).
+        import warnings
+        warnings.warn("the shared-parent layout needs root (another user's .memprove/); "
+                      "only 'repo' trees are fuzzed")
+    layouts = ["repo"] + (["shared-parent", "shared-parent-link"] if os.geteuid() == 0 else [])
+    tally = Counter()
+
+    @settings(max_examples=FUZZ_EXAMPLES, **NO_SHRINK)
+    @given(layout=st.sampled_from(layouts),
+           memprove=st.sampled_from(["dir", "dir", "dir", "link", "file", "absent"]),
+           context=st.sampled_from(["absent", "own", "no-workspace", "no-root", "number-root",
+                                    "foreign", "foreign", "link", "dangling", "garbage"]),
+           lock=st.sampled_from(["absent", "absent", "file", "link", "dir"]),
+           call=st.sampled_from(TREE_CALLS))
+    def run(layout, memprove, context, lock, call):
+        case = (layout, memprove, context, lock, call[0])
+        project, others = world.build(layout, memprove, context, lock)
+        sibling_files = snapshot(world.sibling)
+        since = len(daemon.ops)
+        tool, args = call
+        code, value = outcome_of(world.server.call(tool, args))
+        tally[(code if tool != "context" else value.get("context_error", "ok"))] += 1
+        assert code != "internal_error", (case, value)
+        real = layout == "repo" and memprove == "dir"
+        hinted = layout == "repo" and (memprove in ("link", "file") or real and (
+            context in ("link", "dangling") or lock in ("link", "dir")))
+        garbage = real and not hinted and context == "garbage"
+        # §6 rule 20: a context naming no root is as foreign as one naming another.
+        foreign = real and not hinted and context in ("foreign", "no-workspace", "no-root",
+                                                      "number-root")
+        sent = daemon.ops[since:]
+        if tool == "context":
+            assert code == "ok", (case, value)
+            wanted = "context_unreadable" if hinted or garbage else \
+                "context_foreign" if foreign else None
+            assert value.get("context_error") == wanted, (case, value)
+            if others is not None:
+                assert value["workspace"]["root"] == str(project), (case, value)
+                assert ".memprove owned by another user" in value["config"]["warnings"], case
+        elif hinted:
+            assert code == "context_unreadable" and " is " in value, (case, value)
+        elif tool == "begin":
+            assert code == "ok", (case, value)
+            moved = value.get("moved_aside", "")
+            assert moved.startswith("context.json.corrupt-") if garbage else \
+                moved.startswith("context.json.foreign-") if foreign else moved == "", (case, value)
+            if memprove == "absent" or layout != "repo":
+                assert (project / ".memprove" / ".gitignore").read_bytes() == b"*\n", case
+        elif garbage or foreign:
+            assert code == ("context_unreadable" if garbage else "context_foreign"), (case, value)
+        if tool != "begin" and (hinted or garbage or foreign) or tool == "begin" and hinted:
+            assert sent == [], (case, [entry["op"] for entry in sent])
+        for entry in sent:
+            named = entry["path"] + json.dumps(entry.get("body"), default=str)
+            assert not any(secret in named for secret in world.secrets), (case, entry["op"])
+        assert snapshot(world.sibling) == sibling_files, case
+        if others is not None and not others.is_symlink():
+            assert os.listdir(str(others)) == [], case
+        tally["cases"] += 1
+
+    run()
+    assert world.server.close() == 0
+    report("memprove_tree_fuzz", cases=tally.pop("cases"), outcomes=dict(tally))
+
+
+# =============================================================================
+# Rule 6: links in .memprove/ are not followed for writing
+# =============================================================================
+
+def _lock_symlink(directory, outside):
+    (directory / "context.lock").symlink_to(outside / "planted.lock")
+
+
+def _lock_directory(directory, outside):
+    (directory / "context.lock").mkdir()
+
+
+def _memprove_file(directory, outside):
+    directory.rmdir()
+    directory.write_bytes(b"a file, not a directory\n")
+
+
+@pytest.mark.parametrize("make", [_lock_symlink, _lock_directory, _memprove_file],
+                         ids=["context.lock-symlink-outside", "context.lock-a-directory",
+                              ".memprove-a-file"])
+@pytest.mark.parametrize("tool, args", [("begin", {"new_task": "Through a link"}),
+                                        ("end", {})], ids=["begin", "end"])
+def test_rule6_links_in_memprove_are_not_followed(hserve, config, daemon, workspace, tmp_path,
+                                                   make, tool, args):
+    """§6 rules 1 and 6: a `.memprove/context.lock` that is a symlink to a file outside the
+    Workspace, a `context.lock` that is a directory, or a `.memprove` that is a file:
+    `context_unreadable`, found with the context file before any daemon request, and no file
+    is created at the link's target."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    directory = workspace / ".memprove"
+    make(directory, outside)
+    server = hserve(config=config, timeout=5)
+    server.initialize()
+    daemon.clear_ops()
+    code, text = call_tool(server, tool, args)
+    assert code == "context_unreadable", text
+    assert daemon.ops == [], [entry["op"] for entry in daemon.ops]
+    assert list(outside.iterdir()) == []
+    assert server.close() == 0
+
+
+# =============================================================================
+# Rule 12: files keep their mode
+# =============================================================================
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o600])
+def test_rule12_rewrite_keeps_the_mode(begun, workspace, mode):
+    """§6 rule 12: a rewrite of context.json keeps the mode of the file it replaces."""
+    server, value = begun
+    os.chmod(str(context_path(workspace)), mode)
+    assert call_tool(server, "begin", {})[0] == "ok"
+    assert stat.S_IMODE(context_path(workspace).stat().st_mode) == mode
+    assert call_tool(server, "end")[0] == "ok"
+    assert stat.S_IMODE(context_path(workspace).stat().st_mode) == mode
+    assert server.close() == 0
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_rule12_new_context_gets_the_umasks_mode(hserve, config, daemon, workspace, tmp_path, umask):
+    """§6 rule 12: a new context.json gets the mode any new file gets under the umask."""
+    python = wrapper(tmp_path, "python-umask-%03o" % umask, "os.umask(%d)" % umask)
+    server = hserve(python=python, config=config, timeout=5)
+    server.initialize()
+    assert call_tool(server, "begin", {"new_task": "Umask %03o" % umask})[0] == "ok"
+    assert stat.S_IMODE(context_path(workspace).stat().st_mode) == 0o666 & ~umask
+    assert server.close() == 0
+
+
+FOREIGN_TEXT = ("context_foreign: The Workspace's context file belongs to another Workspace; "
+                "`begin` starts a fresh one.")
+
+
+FOREIGN_NAME = re.compile(r"context\.json\.foreign-[0-9]{8}T[0-9]{6}Z\Z")
+
+
+# Every tool but `context` (which reports it) and `begin` (which starts afresh).
+REFUSING_CALLS = sample_calls("context", "begin")
+
+
+BEGIN = ("begin", {"new_task": "Afresh"})
+
+
+WRITES_NAMING_A_TASK = ("createSession", "createCheckpoint", "proposeDecision", "transitionTask")
+
+
+def task_ids_written(daemon, since):
+    """The Task each write since the `since`-th request went to (by its body or path)."""
+    found = []
+    for entry in daemon.ops[since:]:
+        if entry["op"] in WRITES_NAMING_A_TASK:
+            body = entry.get("body") or {}
+            found.append(body.get("task_id") or entry["path"].split("/")[3])
+    return found
+
+
+# =============================================================================
+# Rule 14: a context file of another Workspace is never used
+# =============================================================================
+
+@pytest.fixture
+def original(hserve, config, daemon, workspace):
+    """The original project: a Task with a Session, a claim and a passed run; its server
+    closed.  Returns begin's value."""
+    server, begun = begun_server(hserve, config, "The original's work")
+    ledgerd.memprove_run(daemon.url, config.token, str(workspace), begun["session_id"], "pytest", 0)
+    code, value = call_tool(server, "checkpoint", {"facts": [{"text": "The original's fact."}]})
+    assert code == "ok", value
+    assert server.close() == 0
+    return begun
+
+
+def copied(workspace, tmp_path):
+    there = tmp_path / "a copy of the project"
+    shutil.copytree(str(workspace), str(there), symlinks=True)
+    return there
+
+
+def moved(workspace, tmp_path):
+    there = tmp_path / "the project, moved"
+    os.rename(str(workspace), str(there))
+    return there
+
+
+@pytest.mark.parametrize("make", [copied, moved], ids=["copied", "moved"])
+def test_rule14_a_context_of_another_root_is_foreign(hserve, config, daemon, workspace, tmp_path,
+                                                     original, make):
+    """A copied or moved project keeps the context file naming the original root: `context`
+    reports `context_foreign`, every other tool but `begin` answers it before any daemon
+    request and changes nothing, and `begin` moves the file aside and starts afresh; no
+    write ever reaches the original's Task."""
+    there = make(workspace, tmp_path)
+    foreign = context_path(there).read_bytes()
+    assert read_json(context_path(there))["workspace"]["root"] != server_path(there)
+    server = hserve(config=config, timeout=5, cwd=there)
+    server.initialize()
+    since = len(daemon.ops)
+    files = snapshot(there, workspace)
+
+    code, value = call_tool(server, "context")
+    assert code == "ok", value
+    assert list(value)[:3] == ["task_id", "session_id", "context_error"], value
+    assert value["context_error"] == "context_foreign", value
+    assert (value["task_id"], value["session_id"], value["task"], value["session"]) == \
+        (None, None, None, None), value
+    assert value["workspace"]["root"] == server_path(there), value
+    for tool, args in REFUSING_CALLS:
+        code, text = call_tool(server, tool, args)
+        assert (code, text[:len(FOREIGN_TEXT)]) == ("context_foreign", FOREIGN_TEXT), (tool, text)
+    assert daemon.ops[since:] == [], [entry["op"] for entry in daemon.ops[since:]]
+    assert snapshot(there, workspace) == files
+
+    code, value = call_tool(server, "begin", {"new_task": "The copy's own work"})
+    assert code == "ok", value
+    assert FOREIGN_NAME.match(value["moved_aside"]), value
+    assert (there / ".memprove" / value["moved_aside"]).read_bytes() == foreign
+    context = read_json(context_path(there))
+    assert context["workspace"]["root"] == server_path(there), context
+    assert context["task"]["id"] == value["task_id"] != original["task_id"], context
+    code, done = call_tool(server, "checkpoint", {"facts": [{"text": "The copy's fact."}]})
+    assert code == "ok" and done["task_id"] == value["task_id"], done
+    assert server.close() == 0
+    written = task_ids_written(daemon, since)
+    assert written and set(written) == {value["task_id"]}, written
+
+
+def link_memprove(original_root, there, relative):
+    there.mkdir()
+    (there / ".git").mkdir()
+    target = os.path.relpath(str(original_root / ".memprove"), str(there)) if relative else \
+        str(original_root / ".memprove")
+    os.symlink(target, str(there / ".memprove"))
+    return ".memprove"
+
+
+def link_context(original_root, there, relative):
+    (there / ".memprove").mkdir(parents=True)
+    (there / ".git").mkdir()
+    target = os.path.relpath(str(context_path(original_root)), str(there / ".memprove")) \
+        if relative else str(context_path(original_root))
+    os.symlink(target, str(context_path(there)))
+    return "context.json"
+
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+@pytest.mark.parametrize("make", [link_memprove, link_context], ids=[".memprove", "context.json"])
+def test_rule14_a_linked_context_is_unreadable(hserve, config, daemon, workspace, tmp_path,
+                                               original, make, relative):
+    """A clone whose `.memprove` or `context.json` is a symbolic link to a sibling's: the
+    link is never read (two Workspaces would share one context) nor written through.
+    `context` reports `context_unreadable`; every tool, `begin` included, answers it with
+    the hint naming the file, before any daemon request; the sibling's files stay as they
+    are and no write reaches its Task."""
+    clone = tmp_path / "clone"
+    name = make(workspace, clone, relative)
+    hint = "The file %s is a link." % name
+    server = hserve(config=config, timeout=5, cwd=clone)
+    server.initialize()
+    since = len(daemon.ops)
+    files = snapshot(workspace, clone)
+
+    code, value = call_tool(server, "context")
+    assert code == "ok", value
+    assert value.get("context_error") == "context_unreadable", value
+    assert value["task"] is None and value["session"] is None, value
+    for tool, args in REFUSING_CALLS + [BEGIN]:
+        code, text = call_tool(server, tool, args)
+        assert code == "context_unreadable" and hint in text, (tool, text)
+    assert daemon.ops[since:] == [], [entry["op"] for entry in daemon.ops[since:]]
+    assert snapshot(workspace, clone) == files
+    assert server.close() == 0
+
+
+def test_rule14_a_memprove_the_server_creates_gets_a_gitignore(hserve, config, daemon, tmp_path):
+    """§2: the server makes `.memprove/` on its first write, with a `.gitignore` holding `*`
+    beside the context files, so that a context is never committed and cloned; the file
+    is the user's afterwards (a later write leaves it as the user made it)."""
+    project = tmp_path / "fresh project"
+    (project / ".git").mkdir(parents=True)
+    server = hserve(config=config, timeout=5, cwd=project)
+    server.initialize()
+    code, value = call_tool(server, "begin", {"new_task": "First write"})
+    assert code == "ok", value
+    directory = project / ".memprove"
+    assert (directory / ".gitignore").read_bytes() == b"*\n"
+    assert read_json(directory / "context.json")["task"]["id"] == value["task_id"]
+    (directory / ".gitignore").write_bytes(b"# the user's own\n")
+    code, value = call_tool(server, "begin", {"new_task": "Second write"})
+    assert code == "ok", value
+    assert (directory / ".gitignore").read_bytes() == b"# the user's own\n"
+    assert server.close() == 0
+
+
+def test_rule14_no_gitignore_in_a_memprove_it_did_not_create(hserve, config, daemon, workspace):
+    server = hserve(config=config, timeout=5)
+    server.initialize()
+    code, value = call_tool(server, "begin", {"new_task": "In the user's directory"})
+    assert code == "ok", value
+    assert not os.path.lexists(str(workspace / ".memprove" / ".gitignore"))
+    assert server.close() == 0
+
+
+# =============================================================================
+# Rule 20: a context file that names no Workspace is foreign
+# =============================================================================
+
+@pytest.fixture
+def cloned(hserve, config, daemon, workspace):
+    """A Workspace with a Task and a recorded run, whose context.json is then made to name
+    no root, as a clone's could, with an agent name of the clone's choosing."""
+    server, begun = begun_server(hserve, config, "The clone's Task")
+    ledgerd.memprove_run(daemon.url, config.token, str(workspace), begun["session_id"], "pytest", 0)
+    assert server.close() == 0
+    context = read_json(context_path(workspace))
+    context["session"]["agent"] = {"name": "chosen-by-the-clone", "role": "reviewer"}
+    return context
+
+
+@pytest.mark.parametrize("shape", ["no workspace", "no root", "a null root", "a number as root",
+                                   "a list as workspace"])
+def test_rule20_a_context_naming_no_root_is_foreign(hserve, config, daemon, workspace, cloned,
+                                                    shape):
+    """`context` reports `context_foreign`; every other tool but `begin` answers it before any
+    daemon request; `begin` moves the file aside and records its Session under the
+    client's name, never the clone's."""
+    if shape == "no workspace":
+        cloned.pop("workspace")
+    elif shape == "no root":
+        cloned["workspace"] = {"id": cloned["workspace"]["id"]}
+    elif shape == "a null root":
+        cloned["workspace"]["root"] = None
+    elif shape == "a number as root":
+        cloned["workspace"]["root"] = 5
+    else:
+        cloned["workspace"] = [str(workspace)]
+    context_path(workspace).write_text(json.dumps(cloned, indent=2))
+    server = hserve(config=config, timeout=5)
+    server.initialize()
+    code, value = call_tool(server, "context")
+    assert code == "ok" and value["context_error"] == "context_foreign", value
+    assert value["agent"]["name"] == "pytest-client", value
+    before = len(daemon.ops)
+    for tool, args in (("tasks", {}), ("checkpoint", {"facts": [{"text": "Ours?"}]}),
+                       ("end", {})):
+        code, text = call_tool(server, tool, args)
+        assert code == "context_foreign", (tool, text)
+    assert len(daemon.ops) == before, daemon.ops[before:]
+    code, begun = call_tool(server, "begin", {"new_task": "Afresh"})
+    assert code == "ok", begun
+    assert re.match(r"context\.json\.foreign-[0-9]{8}T[0-9]{6}Z\Z", begun["moved_aside"]), begun
+    assert begun["session"]["agent"] == {"name": "pytest-client", "role": "implementer"}, begun
+    sessions = [entry for entry in daemon.ops[before:] if entry["op"] == "createSession"]
+    assert [entry["body"]["agent"]["name"] for entry in sessions] == ["pytest-client"], sessions
+    assert server.close() == 0

@@ -1,21 +1,22 @@
 """The platform table (contract.md §5 "Platforms"): every rule that differs
 between Linux, macOS and Windows, checked by giving the platform to the
 function that applies it, so that the macOS and Windows rules are checked on
-any machine.  (The Windows tier, tests/test_windows.py, runs them under the
+any machine.  (The Windows tier, the tests that take `win`, runs them under the
 real Windows interpreter.)  Expected values are written out from the spec and
 from docs/clients-verified.md ("Where each client keeps its files"), never
 computed by the module.
+
+Doctor's fix lines per platform are in test_doctor_fix_lines.py.
 """
 
+import ntpath
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import memprove_mcp as mp  # noqa: E402
+from harness import ask_python
+import memprove_mcp as mp
 
 
 HOME = "/home/ana"
@@ -119,65 +120,6 @@ def test_codex_home_moves_codex_on_every_platform():
         assert user_file("codex", platform, environ) == os.path.join("/codex", "config.toml")
 
 
-# -- fix lines ---------------------------------------------------------------------
-
-def test_powershell_words_double_every_single_quote():
-    assert mp.powershell_word("mcp") == "mcp"
-    assert mp.powershell_word("C:\\Program Files\\Python313\\python.exe") == \
-        "'C:\\Program Files\\Python313\\python.exe'"
-    assert mp.powershell_word("C:\\Users\\o'brien\\x") == "'C:\\Users\\o''brien\\x'"
-    assert mp.powershell_word("it\u2019s") == "'it\u2019\u2019s'"
-    assert mp.powershell_word("$env:X") == "'$env:X'"                 # no expansion inside
-    assert mp.powershell_word("--client") == "--client"
-    assert mp.powershell_word("30") == "'30'"                        # a string, not a number
-
-
-def test_sh_words_quote_as_sh_reads_them():
-    assert mp.sh_word("/usr/bin/python3") == "/usr/bin/python3"
-    assert mp.sh_word("/a b/c") == "'/a b/c'"
-    assert mp.sh_word("it's") == "'it'\"'\"'s'"
-
-
-def found_for(platform, program="C:\\tools\\memprove_mcp.pyz", environ=None):
-    found = mp.Findings({}, environ or {}, platform)
-    found.program, found.config_dir = program, "C:\\Users\\ana\\memprove"
-    return found
-
-
-def test_powershell_fix_lines():
-    found = found_for("win32")
-    assert mp.fix(found, "set", name="MEMPROVE_TIMEOUT", value="30") == "$env:MEMPROVE_TIMEOUT = '30'"
-    assert mp.fix(found, "unset", name="MEMPROVE_TOKEN") == "Remove-Item Env:MEMPROVE_TOKEN"
-    assert mp.fix(found, "mkdir", path="C:\\Users\\o'b\\memprove") == \
-        "New-Item -ItemType Directory -Force -Path 'C:\\Users\\o''b\\memprove'"
-    assert mp.fix(found, "write", path="C:\\[x]\\data-dir", value="C:\\d") == \
-        "Set-Content -LiteralPath 'C:\\[x]\\data-dir' -Value 'C:\\d' -Encoding utf8"
-    assert mp.fix(found, "move", path="C:\\a b\\context.json", target="C:\\a b\\context.json.bad") \
-        == "Move-Item -LiteralPath 'C:\\a b\\context.json' -Destination 'C:\\a b\\context.json.bad'"
-    assert mp.SHELLS["powershell"]["private"] is None                 # no chmod on Windows
-    line = mp.doctor_command(found, "mcp", "print-config", "--client", "codex")
-    assert line == "& %s 'C:\\tools\\memprove_mcp.pyz' mcp print-config --client codex" % (
-        mp.powershell_word(sys.executable))
-
-
-def test_sh_fix_lines():
-    found = found_for("linux", "/opt/memprove mcp/memprove_mcp.pyz")
-    assert mp.fix(found, "set", name="MEMPROVE_TIMEOUT", value="30") == "export MEMPROVE_TIMEOUT=30"
-    assert mp.fix(found, "mkdir", path="/home/ana/.config/memprove") == \
-        "mkdir -p -m 700 /home/ana/.config/memprove"
-    assert mp.doctor_command(found, "mcp", "print-config") == \
-        "python3 '/opt/memprove mcp/memprove_mcp.pyz' mcp print-config"
-
-
-def test_macos_python_check_names_the_interpreter_a_dock_client_runs(monkeypatch):
-    found = found_for("darwin", "/x.pyz", {"PATH": os.defpath})
-    origin = mp.interpreter_origin(found)
-    assert "a client started from the Dock runs a .pyz entry with" in origin
-    assert "/usr/bin:/bin:/usr/sbin:/sbin" in origin
-    linux = mp.interpreter_origin(found_for("linux", "/x.pyz", {"PATH": os.defpath}))
-    assert "Dock" not in linux
-
-
 # -- files Windows tools write -----------------------------------------------------
 
 @pytest.mark.parametrize("data", [
@@ -227,7 +169,7 @@ def test_windows_gives_up_at_the_deadline():
 
 def test_the_module_tests_the_platform_in_one_place():
     """contract.md §5: platform differences live in PLATFORMS (and, for a client's
-    files, in its CLIENTS row), so no section tests os.name or sys.platform, or
+    files, in its CLIENTS record), so no section tests os.name or sys.platform, or
     compares a platform name, on its own."""
     import ast
     tree = ast.parse(Path(mp.__file__).read_text(encoding="utf-8"))
@@ -273,18 +215,9 @@ def test_only_a_reparse_point_naming_another_path_is_a_link(status, linked):
     assert mp.is_link(status) is linked
 
 
-def test_a_token_file_has_no_mode_to_fix_on_windows(tmp_path):
-    """doctor's token check on a 0644 file: a warning with a chmod fix under POSIX,
-    nothing to say on Windows, where the bits mean nothing (and no fix exists)."""
-    token = tmp_path / "token"
-    token.write_text("tok-123\n")
-    os.chmod(str(token), 0o644)
-
-    def check(platform):
-        environ = {"MEMPROVE_TOKEN_FILE": str(token)}
-        found = found_for(platform, environ=environ)
-        found.config_dir = str(tmp_path)
-        return mp.check_token(found)
-    assert check("win32")[:2] == ("ok", None)
-    status, _, _, fix = check("linux")
-    assert (status, fix) == ("warn", "chmod 600 %s" % mp.sh_word(str(token)))
+def test_the_windows_python_is_what_the_tests_think(win):
+    """The wrappers run python.org's Windows build: os.name nt, MSC, an absolute
+    Windows sys.executable (what every entry must name)."""
+    assert ntpath.isabs(win.executable) and win.executable.lower().endswith("python.exe")
+    version = ask_python(win.python, "sys.version + ' ' + os.name")
+    assert "MSC" in version and version.endswith(" nt"), version

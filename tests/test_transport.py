@@ -12,23 +12,33 @@
   not a byte on standard error but log lines.
 - Standard output closed by the client: a quiet exit 0; standard error closed: serving
   goes on.
+
+- A flood of large calls with every worker busy keeps memory bounded, and a non-blocking
+  standard output loses no answer (contract.md §6 rules 4 and 5); a duplicate id in flight is
+  refused (rule 8).
+- Soak (issue 5, item 7): MEMPROVE_SOAK_CALLS tool calls (10,000 in CI) in one server
+  process; resident memory, open file descriptors and threads read from /proc stay flat.
 """
 
+import fcntl
 import json
+import os
+import select
 import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections import Counter
 
 import pytest
 
-from harness import EXPECTED_TOOLS, SAFETY_TIMEOUT, initialize_params, modern_params, parse_log
-from hardening_support import (LedgerView, outcome_of, report)
-
-
-import ledgerd  # noqa: E402
+from hardening_support import (LedgerView, MALLOC_PLAIN, SOAK_CALLS, call_tool, daemon_ops,
+                               needs_proc, outcome_of, peak_kib, proc_stats, report, wrapper)
+from harness import (EXPECTED_TOOLS, SAFETY_TIMEOUT, check_stdout_line, initialize_params,
+                     modern_params, parse_log)
+import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 
 PROMPT_EXIT = 5.0          # seconds within which a signalled server must be gone
 
@@ -401,3 +411,323 @@ def test_stderr_closed_by_the_client_keeps_serving(pyz, make_env, workspace):
             process.kill()
             process.wait()
     assert code == 0
+
+
+# =============================================================================
+# Rule 4: memory stays bounded whatever arrives
+# =============================================================================
+
+FLOOD_CALLS = 400
+
+
+FLOOD_SIZE = 1 << 20                # bytes of padding in each flooding call
+
+
+HELD = 8                            # calls held at the daemon: every worker busy
+
+
+QUEUE = 64                          # calls that may wait behind them
+
+
+def _pipe_bytes(fd):
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), "little")
+
+
+def _stalled_reading(pid, stdin_fd):
+    """True while the server leaves input unread in its pipe and none of its threads runs
+    or reads: it has stopped reading (backpressure), not merely fallen behind."""
+    if _pipe_bytes(stdin_fd) == 0:
+        return False
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+            with open("/proc/%d/task/%s/wchan" % (pid, tid)) as handle:
+                wchan = handle.read()
+        except OSError:
+            continue
+        if state != "S" or "pipe" in wchan:
+            return False
+    return True
+
+
+def test_rule4_flood_of_large_calls_keeps_memory_bounded(hserve, config, daemon, workspace):
+    """§6 rule 4: with every worker busy (8 calls held at the daemon), a client floods 400
+    tool calls of 1 MiB each.  The server stops reading while 64 wait (the flood stays in
+    the pipe, and the notification that follows the 72nd call is not read until a place is
+    free), and its peak memory (VmHWM) stays within its idle size plus the 72 calls it may
+    hold, far below the 400 MiB an unbounded queue reaches."""
+    needs_proc()
+    # glibc keeps freed blocks below its (rising) mmap threshold for reuse; a fixed threshold
+    # makes every block of 128 KiB or more its own mapping, returned when freed, so that
+    # VmHWM measures what the server holds rather than what the allocator caches.
+    server = hserve(config=config, timeout=30, env=MALLOC_PLAIN)
+    server.initialize()
+    gate = daemon.hold("listTasks")
+    for index in range(HELD):
+        server.send(server.request_message("tools/call", server.call_params("tasks", {}),
+                                           id="held-%d" % index))
+    assert gate.wait_arrived(timeout=SAFETY_TIMEOUT)
+    pid = server.proc.pid
+    idle_kib = peak_kib(pid)
+    logged_before = len(server.stderr_lines)
+    padding = "x" * FLOOD_SIZE
+    done = threading.Event()
+
+    def flood():
+        try:
+            for index in range(FLOOD_CALLS):
+                server.send_raw(json.dumps(
+                    {"jsonrpc": "2.0", "id": "flood-%d" % index, "method": "tools/call",
+                     "params": {"name": "tasks", "arguments": {"status": "open", "pad": padding}}},
+                    separators=(",", ":")).encode("ascii") + b"\n")
+                # A notification after each call: the server logs it as soon as it reads it.
+                server.send_raw(b'{"jsonrpc":"2.0","method":"notifications/progress","params":'
+                                b'{"progressToken":"flood-%d","progress":1}}\n' % index)
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=flood, daemon=True)
+    writer.start()
+    stdin_fd = server.proc.stdin.fileno()
+    deadline = time.monotonic() + SAFETY_TIMEOUT * 4
+    stalls = 0
+    while not done.is_set() and stalls < 3:      # three looks in a row: it has stopped
+        assert time.monotonic() < deadline, "the flood neither finished nor stalled"
+        stalls = stalls + 1 if _stalled_reading(pid, stdin_fd) else 0
+        done.wait(0.05)
+    during_kib = peak_kib(pid)
+    read_notifications = len(server.stderr_lines) - logged_before
+    flood_read_all = done.is_set()
+    gate.release()
+    writer.join(SAFETY_TIMEOUT * 4)
+    assert not writer.is_alive()
+    for index in range(HELD):
+        assert outcome_of(server.response("held-%d" % index))[0] == "ok"
+    for index in range(FLOOD_CALLS):
+        assert outcome_of(server.response("flood-%d" % index))[0] == "invalid_params"
+    final_kib = peak_kib(pid)
+    assert server.close() == 0
+    held_kib = (HELD + QUEUE) * FLOOD_SIZE // 1024
+    bound_kib = idle_kib + 2 * held_kib + 32 * 1024
+    report("flood_memory", calls=FLOOD_CALLS, call_bytes=FLOOD_SIZE, idle_hwm_kib=idle_kib,
+           peak_hwm_kib=during_kib, final_hwm_kib=final_kib, bound_kib=bound_kib,
+           notifications_read_while_full=read_notifications)
+    assert not flood_read_all, (
+        "the server read all %d calls while %d were running: no backpressure" % (FLOOD_CALLS, HELD))
+    assert read_notifications <= QUEUE + 2, read_notifications
+    assert final_kib <= bound_kib, (
+        "peak memory %d KiB past the bound %d KiB (idle %d KiB)" % (final_kib, bound_kib, idle_kib))
+
+
+# =============================================================================
+# Rule 5: every answer is written whole
+# =============================================================================
+
+def test_rule5_nonblocking_stdout_loses_no_answer(pyz, tmp_path, make_env, config, workspace, mcp_log):
+    """§6 rule 5: the server's standard output is a non-blocking pipe (O_NONBLOCK, as some
+    parents leave it) that the client reads only once it is full: all 300 answers arrive
+    whole, each log line says ok, and the exit status is 0."""
+    python = wrapper(tmp_path, "python-nonblocking-stdout",
+                     "import fcntl\nflags = fcntl.fcntl(1, fcntl.F_GETFL)\n"
+                     "fcntl.fcntl(1, fcntl.F_SETFL, flags | os.O_NONBLOCK)")
+    env = make_env(dict(config.env(), MEMPROVE_MCP_LOG=str(mcp_log)))
+    process = subprocess.Popen([python, str(pyz), "mcp", "serve"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                               cwd=str(workspace))
+    count = 300
+    params = modern_params({"name": "context", "arguments": {}})     # no handshake needed
+    requests = b"".join(json.dumps({"jsonrpc": "2.0", "id": index, "method": "tools/call",
+                                    "params": params}).encode() + b"\n"
+                        for index in range(count))
+    stderr_chunks = []
+    err_reader = threading.Thread(target=lambda: stderr_chunks.append(process.stderr.read()),
+                                  daemon=True)
+    err_reader.start()
+    process.stdin.write(requests)
+    process.stdin.flush()
+    out_fd = process.stdout.fileno()
+    # Read nothing until the pipe is full (over 40,000 bytes and growing no more in three
+    # looks): the server has met EAGAIN and must wait it out.
+    deadline = time.monotonic() + SAFETY_TIMEOUT
+    looks = [-1]
+    while not (looks[-1] >= 40000 and looks[-3:] == [looks[-1]] * 3) and process.poll() is None:
+        assert time.monotonic() < deadline, "the answers never filled the pipe: %r" % looks[-3:]
+        select.select([], [], [], 0.02)
+        looks.append(_pipe_bytes(out_fd))
+    process.stdin.close()
+    data = b""
+    while True:
+        ready = select.select([out_fd], [], [], SAFETY_TIMEOUT)[0]
+        assert ready, "no answer within %ss" % SAFETY_TIMEOUT
+        piece = os.read(out_fd, 4096)         # slowly: small reads
+        if not piece:
+            break
+        data += piece
+    code = process.wait(timeout=SAFETY_TIMEOUT)
+    err_reader.join(SAFETY_TIMEOUT)
+    lines = data.split(b"\n")
+    assert lines[-1] == b""
+    answers = [check_stdout_line(line + b"\n") for line in lines[:-1]]
+    odd = [answer for answer in answers if "result" not in answer]
+    assert not odd, odd[:3]
+    log = stderr_chunks[0].decode().splitlines()
+    report("nonblocking_stdout", requests=count, answers=len(answers), exit_code=code)
+    assert sorted(answer["id"] for answer in answers) == list(range(count)), (
+        "%d of %d answers arrived" % (len(answers), count))
+    assert all(answer["result"]["isError"] is False for answer in answers)
+    assert len(log) == count and all(parse_log(line)["outcome"] == "ok" for line in log), log[-3:]
+    assert code == 0
+
+
+# =============================================================================
+# Rule 8: an id in flight is not reused
+# =============================================================================
+
+def _own_check(server):
+    """The stream checks of conftest, allowing the one `"id": null` error of rule 8."""
+    nulls = []
+    for raw in server.raw_stdout:
+        message = json.loads(raw.decode("utf-8"))
+        if message.get("id", 0) is None:
+            assert set(message) == {"jsonrpc", "id", "error"}, message
+            nulls.append(message)
+            continue
+        check_stdout_line(raw)
+    lines = server.stderr_lines
+    for line in lines:
+        parse_log(line)
+    assert len(lines) == server.sent, (server.sent, lines)
+    server.checked = True
+    return nulls
+
+
+def test_rule8_duplicate_id_in_flight_is_refused_and_cancel_still_applies(hserve, config, daemon,
+                                                                          workspace):
+    """§6 rule 8: while `tasks` id 7 waits at the daemon, a second request with id 7 gets
+    -32600 with `"id": null` and is not executed; a cancellation of id 7 then still cancels
+    the first (no answer with id 7 ever comes)."""
+    server = hserve(config=config, timeout=30)
+    server.initialize()
+    assert call_tool(server, "begin", {"new_task": "Duplicate ids"})[0] == "ok"
+    daemon.clear_ops()
+    gate = daemon.hold("listTasks")
+    server.send(server.request_message("tools/call", server.call_params("tasks", {}), id=7))
+    assert gate.wait_arrived(timeout=SAFETY_TIMEOUT)
+    server.send(server.request_message("tools/call", server.call_params("tasks", {}), id=7))
+    refused = server.next_message()
+    assert refused == {"jsonrpc": "2.0", "id": None, "error": refused["error"]}, refused
+    assert refused["error"]["code"] == -32600
+    server.notify("notifications/cancelled", {"requestId": 7, "reason": "test"})
+    server.send(server.request_message("ping", id="after-cancel"))
+    assert server.response("after-cancel")["result"] == {}
+    gate.release()
+    server.wait_stderr_lines(server.sent)
+    assert server.request("ping", id="last")["result"] == {}
+    server.shut_input()
+    assert server.wait() == 0
+    assert [m for m in server.messages if m.get("id") == 7] == [], server.messages
+    assert len(daemon_ops(daemon, "listTasks")) == 1, [e["op"] for e in daemon.ops]
+    nulls = _own_check(server)
+    assert len(nulls) == 1
+    outcomes = [parse_log(line)["outcome"] for line in server.stderr_lines]
+    assert outcomes.count("cancelled") == 1 and outcomes.count("-32600") == 1, outcomes
+
+
+def test_rule8_duplicate_id_in_flight_first_keeps_its_one_answer(hserve, config, daemon, workspace):
+    """§6 rule 8: without a cancellation, the request in flight gets exactly one answer, its
+    own, and the duplicate is never executed."""
+    server = hserve(config=config, timeout=30)
+    server.initialize()
+    assert call_tool(server, "begin", {"new_task": "Duplicate ids"})[0] == "ok"
+    daemon.clear_ops()
+    gate = daemon.hold("listTasks")
+    server.send(server.request_message("tools/call", server.call_params("tasks", {}), id="same"))
+    assert gate.wait_arrived(timeout=SAFETY_TIMEOUT)
+    server.send(server.request_message("tools/call",
+                                       server.call_params("checkpoint", {"next_action": "Dup."}),
+                                       id="same"))
+    refused = server.next_message()
+    assert refused.get("id", 0) is None and refused["error"]["code"] == -32600, refused
+    gate.release()
+    code, value = outcome_of(server.response("same"))
+    assert code == "ok" and "tasks" in value, value
+    assert server.request("ping", id="last")["result"] == {}
+    server.shut_input()
+    assert server.wait() == 0
+    assert [m.get("id") for m in server.messages].count("same") == 1
+    assert daemon_ops(daemon, "createCheckpoint") == []
+    assert len(daemon_ops(daemon, "listTasks")) == 1
+    _own_check(server)
+
+
+WINDOW = 16                       # calls in flight at once
+
+
+WARM_UP = 1000                    # calls before the first measurement
+
+
+RSS_NOISE_KIB = 1024              # growth allowed between the warm-up and the end
+
+
+MIX = [("context", {}, "ok"), ("context", {}, "ok"), ("tasks", {}, "ok"), ("context", {}, "ok"),
+       ("claims", {"numbers": [1, 2]}, "ok"), ("context", {}, "ok"),
+       ("pack", {"budget": 1}, "invalid_params"), ("ledger_verify", {}, "ok"),
+       ("context", {}, "ok"), ("checkpoint", {"facts": [{"text": "x", "runs": ["r99"]}]},
+                               "run_label_unknown")]
+
+
+def run_calls(server, first, count, era_every=2):
+    """Pipelined calls first..first+count-1, WINDOW at a time; every outcome checked."""
+    pending = []
+    for n in range(first, first + count):
+        tool, args, expected = MIX[n % len(MIX)]
+        era = "modern" if n % era_every == 0 else "legacy"
+        server.send(server.request_message("tools/call", server.call_params(tool, args, era=era),
+                                           id=n))
+        pending.append((n, era, expected))
+        if len(pending) == WINDOW or n == first + count - 1:
+            for request_id, era, expected in pending:
+                code, value = outcome_of(server.response(request_id, timeout=SAFETY_TIMEOUT), era)
+                assert code == expected, (request_id, value)
+            pending = []
+
+
+def test_soak(hserve, config, daemon, workspace):
+    needs_proc()
+    server = hserve(config=config, timeout=10)
+    server.initialize()
+    code, begun = outcome_of(server.call("begin", {"new_task": "Soak"}, id="begin"))
+    assert code == "ok", begun
+    ledgerd.memprove_run(daemon.url, config.token, str(workspace), begun["session_id"], "pytest", 0)
+    assert outcome_of(server.call("checkpoint", {"facts": [{"text": "Soak fact."}],
+                                                  "next_action": "Soak on."}, id="cp"))[0] == "ok"
+    pid = server.proc.pid
+    warm_up, total = WARM_UP, WARM_UP + SOAK_CALLS
+    run_calls(server, 0, warm_up)
+    before = proc_stats(pid)
+    samples = [before["rss_kib"]]
+    started = time.monotonic()
+    done, step = warm_up, max(1, SOAK_CALLS // 10)
+    while done < total:
+        count = min(step, total - done)
+        run_calls(server, done, count)
+        done += count
+        daemon.clear_ops()
+        samples.append(proc_stats(pid)["rss_kib"])
+    seconds = time.monotonic() - started
+    after = proc_stats(pid)
+    assert server.request("ping", id="still-here")["result"] == {}
+    assert server.close() == 0
+    growth = after["rss_kib"] - before["rss_kib"]
+    second_half = samples[-1] - samples[len(samples) // 2]
+    report("soak", calls=SOAK_CALLS, seconds=round(seconds, 1),
+           calls_per_second=round(SOAK_CALLS / seconds),
+           rss_kib_before=before["rss_kib"], rss_kib_after=after["rss_kib"],
+           rss_growth_kib=growth, rss_samples_kib=samples, fds_before=before["fds"],
+           fds_after=after["fds"], threads_before=before["threads"],
+           threads_after=after["threads"])
+    assert after["fds"] == before["fds"], "file descriptors leaked: %r -> %r" % (before, after)
+    assert after["threads"] <= before["threads"], "threads leaked: %r -> %r" % (before, after)
+    assert growth <= RSS_NOISE_KIB and second_half <= RSS_NOISE_KIB // 2, (
+        "memory grows: %d KiB over the run, samples %r" % (growth, samples))

@@ -3,7 +3,7 @@
 nothing written, a deleted working directory (contract.md §6 rule 11); and on Windows, every
 entry it prints started as a Windows client starts it (CreateProcess, no shell, a .pyz without
 the Unix executable bit), where the .pyz as the command is no program (contract.md §5).
-The clients' own forms (`--client NAME`) are tested in test_print_config_clients.py.
+The clients' own forms (`--client NAME`) are tested in test_clients.py.
 """
 
 import json
@@ -16,7 +16,7 @@ import pytest
 from hardening_support import wrapper
 from harness import (REPO, SAFETY_TIMEOUT, clean_env, initialize_params, interpreter_executable,
                      one_stderr_line, run_cli, snapshot, windows_print_config)
-from test_print_config_clients import CLIENTS, DOCUMENTED, parse
+from test_clients import CLIENTS, DOCUMENTED, parse
 
 
 # -- print-config -----------------------------------------------------------------

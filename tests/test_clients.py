@@ -697,3 +697,54 @@ def test_where_line_names_real_windows_files(win, plain_pyz, make_env, workspace
         expected = pattern.format(root=root, profile=win.profile, appdata=win.appdata)
         assert expected in line, (expected, line)
     assert not powershell_problems(line), (line, powershell_problems(line))
+
+
+# -- the records themselves ----------------------------------------------------------
+
+def module_tree():
+    import ast
+    from pathlib import Path
+    source = Path(__file__).resolve().parents[1] / "memprove_mcp.py"
+    return ast.parse(source.read_text(encoding="utf-8"))
+
+
+def test_everything_of_a_client_is_its_record():
+    """Issue 34: "where is X for Codex" has one answer, CLIENTS["codex"], so a new
+    client is one record.  No other table of the module is keyed by client names
+    (as KIT_SERVERS, KIT_ENABLE, KIT_UPDATE and KIT_FINDERS were) or lists rows
+    that open with a client's label (as KIT_INSTALL and KIT_REMOVE did)."""
+    import ast
+    names = set(CLIENTS) | {"claude-desktop"}
+    labels = {"Claude Code", "Codex CLI", "Gemini CLI", "Claude Desktop", "OpenCode", "Cline",
+              "Continue", "Amp", "Cursor", "VS Code", "Windsurf", "Zed", "Goose"}
+
+    def strings(nodes):
+        return [node.value for node in nodes
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+    tables = []
+    for node in ast.walk(module_tree()):
+        if isinstance(node, ast.Dict) and len(set(strings(node.keys)) & names) >= 2:
+            tables.append(("keyed by clients", node.lineno))
+        if isinstance(node, (ast.Tuple, ast.List)):
+            firsts = strings(element.elts[0] for element in node.elts
+                             if isinstance(element, ast.Tuple) and element.elts)
+            if len(set(firsts) & labels) >= 2:
+                tables.append(("rows of clients", node.lineno))
+    clients_table = [node.value.lineno for node in ast.walk(module_tree())
+                     if isinstance(node, ast.Assign) and
+                     [getattr(target, "id", None) for target in node.targets] == ["CLIENTS"]]
+    assert tables == [("keyed by clients", clients_table[0])]
+
+
+def test_the_records_name_every_client_of_clients_md_and_the_kit():
+    """print-config's and doctor's clients are the records with an entry, in
+    clients.md's order; Claude Desktop is a record of the kit alone."""
+    import subprocess
+    listing = subprocess.run(
+        [sys.executable, "-c", "import memprove_mcp as m; print(' '.join(m.CLIENT_NAMES)); "
+         "print(' '.join(n for n, c in m.CLIENTS.items() if c.install))"],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        stdout=subprocess.PIPE, check=True, universal_newlines=True).stdout.split("\n")
+    assert listing[0].split() == list(CLIENTS)
+    assert listing[1].split() == ["claude-code", "codex", "gemini", "claude-desktop"]

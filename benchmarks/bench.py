@@ -100,7 +100,7 @@ PLAN = {
     "pack_large": (15, 1),       # render_pack, 100,000 claims
     "pack_served_small": (100, 20),   # pack through the server, 1,000 claims
     "pack_e2e": (40, 12),        # pack through the server, 10,000 claims (and the end-to-end rows)
-    "pack_served_large": (8, 1),  # pack through the server, 100,000 claims (about 4 s a repetition)
+    "pack_served_large": (8, 1),  # pack through the server, 100,000 claims (about 6 s a repetition)
     "hook": (40, 12),            # each session-start hook variant and its baselines
     "hook_bound": (3, 1),        # each hook that meets a silent daemon or open input (~1-3 s)
     "memory_calls": (10000, 1000),

@@ -3558,7 +3558,10 @@ def decode_answer(data):
     """The JSON of an answer body.  A large one (a Capsule of thousands of
     claims) is decoded with the cyclic garbage collector paused: it holds no
     cycles, and the collections its many new objects would set off cost a
-    tenth of the decode."""
+    tenth of the decode.  Its objects then go straight to the oldest
+    generation (freeze, then unfreeze: two list splices), or the next young
+    collection would walk all of them once more, a tenth of the decode again,
+    in every call that reads the Capsule; a full collection still sees them."""
     if len(data) < 1 << 20:
         return load_json(data.decode("utf-8"))
     import gc
@@ -3567,6 +3570,9 @@ def decode_answer(data):
     try:
         return load_json(data.decode("utf-8"))
     finally:
+        if hasattr(gc, "freeze"):          # Python 3.7 and later
+            gc.freeze()
+            gc.unfreeze()
         if was_enabled:
             gc.enable()
 

@@ -27,10 +27,13 @@ ratio to the row's baseline, the target and whether it was met.
   through the same server).
 - The Pack: `render_pack` on synthetic Capsules of 1,000, 10,000 and 100,000
   claims (default budget with and without a query, budget 60,000, unlimited
-  budget with and without a query) beside `json.loads` of each Capsule; and
-  `pack` of a 10,000-claim Capsule end to end through the server against
-  `claims [1]` of it (plain, with a query, at budget 60,000), with the
-  server's share of `claims [1]` beside `json.loads` of the same bytes.
+  budget with and without a query) beside `json.loads` of each Capsule; beside
+  each row the tool can ask for (budget 6000, the query, budget 60,000), the
+  same Pack through the server: `pack` of that Capsule minus `claims [1]` of it
+  (the same request, decoding and checks), interleaved, against `json.loads`;
+  and, from the 10,000-claim Capsule's rounds, `pack` end to end against
+  `claims [1]`, with the server's share of `claims [1]` beside `json.loads` of
+  the same bytes.
 - The session-start hook (`mcp hook session-start`, spawn until it exits, its
   input written and closed as a client does): with a Task in the context beside
   a cold `mcp serve` answering `server/discover` then its first `pack` (what
@@ -95,7 +98,9 @@ PLAN = {
     "pack_small": (300, 40),     # render_pack, 1,000 claims
     "pack_medium": (100, 20),    # render_pack, 10,000 claims
     "pack_large": (15, 1),       # render_pack, 100,000 claims
-    "pack_e2e": (40, 12),        # pack of 10,000 claims through the server
+    "pack_served_small": (100, 20),   # pack through the server, 1,000 claims
+    "pack_e2e": (40, 12),        # pack through the server, 10,000 claims (and the end-to-end rows)
+    "pack_served_large": (8, 1),  # pack through the server, 100,000 claims (about 6 s a repetition)
     "hook": (40, 12),            # each session-start hook variant and its baselines
     "hook_bound": (3, 1),        # each hook that meets a silent daemon or open input (~1-3 s)
     "memory_calls": (10000, 1000),
@@ -1349,9 +1354,12 @@ PACK_RENDERS = ((memprove_mcp.PACK_BUDGET, None), (memprove_mcp.PACK_BUDGET, PAC
 AGAINST_LOADS = 3
 
 
-def phase_pack(quick, report, capsules):
+def phase_pack(setting, pyz, quick, report, capsules):
     """`render_pack` in process on Capsules of 1,000, 10,000 and 100,000 claims
-    (decoded from JSON, as the server gets them), beside `json.loads` of their bytes."""
+    (decoded from JSON, as the server gets them), beside `json.loads` of their bytes;
+    and, beside each row the `pack` tool can ask for (a budget of at most 60,000),
+    the same Pack through the server (`pack_served`).  Returns the 10,000-claim
+    Capsule's samples through the server, for the end-to-end rows."""
     render = memprove_mcp.render_pack
     variants = {}            # (size, "loads" or (budget, query)) -> (function, repetitions)
     figures = {}
@@ -1375,11 +1383,13 @@ def phase_pack(quick, report, capsules):
             started = time.perf_counter()
             variants[key][0]()
             samples[key].append(time.perf_counter() - started)
+    served = pack_served(setting, pyz, quick, capsules)
 
     def middle(size, what):
         return median(samples[(size, what)])
 
-    report.section("The Pack: `render_pack` on synthetic Capsules (in process)")
+    report.section("The Pack: `render_pack` on synthetic Capsules (in process), and `pack` of the same "
+                   "Capsule through the server")
     for size in (1000, 10000, 100000):
         loads = middle(size, "loads")
         reps = variants[(size, "loads")][1]
@@ -1387,6 +1397,10 @@ def phase_pack(quick, report, capsules):
         report.add("`json.loads` of the %s-claim Capsule's bytes (%s)%s" % (
                        "{:,}".format(size), size_text(figures[(size, "loads")]), runs),
                    ms(loads), ms(percentile(samples[(size, "loads")], 0.9)), "baseline of the rows below")
+        server = served[size]
+        server_loads = median(server["loads"])
+        server_runs = len(server["loads"])
+        server_runs = " (%d run%s)" % (server_runs, "" if server_runs == 1 else "s") if server_runs < 5 else ""
         for index, (budget, text) in enumerate(PACK_RENDERS):
             value = middle(size, (budget, text))
             out = figures[(size, (budget, text))]
@@ -1407,50 +1421,102 @@ def phase_pack(quick, report, capsules):
                 report.add(label, ms(value), high, versus, "≤ 0.5× `json.loads`", value <= 0.5 * loads)
             else:
                 report.add(label, ms(value), high, versus, "≤ 30 ms", value <= 0.030)
-    return samples
+            name = SERVED_CALLS.get((budget, text))
+            if name is None:
+                continue            # the tool's budget is at most 60,000: no unlimited Pack through it
+            difference = server[name + "-over"]
+            value = median(difference)
+            label = "↳ the same through the server: `pack` − `claims [1]` of the Capsule, %d claims shown%s" % (
+                server["figures"][name]["claims_shown"], server_runs)
+            versus = "%s `json.loads` (%s, interleaved)" % (ratio_text(value / server_loads), ms(server_loads))
+            if size == 1000:
+                report.add(label, ms(value), ms(percentile(difference, 0.9)), versus, "info")
+            else:
+                report.add(label, ms(value), ms(percentile(difference, 0.9)), versus, "≤ 0.5× `json.loads`",
+                           value <= 0.5 * server_loads)
+    return served[10000]
 
 
-def phase_pack_e2e(setting, pyz, quick, report, capsule):
-    """`pack` of a 10,000-claim Capsule through the server against `claims [1]` of it
-    (issue 19's measure: the same request, decoding and checks, then the Pack or
-    not), and the server's share of `claims [1]` against `json.loads` of the bytes."""
+# The `pack` calls beside the in-process rows they repeat, by their (budget, query).
+SERVED_CALLS = {(memprove_mcp.PACK_BUDGET, None): "pack", (memprove_mcp.PACK_BUDGET, PACK_QUERY): "query",
+                (60000, None): "wide"}
+
+
+def pack_served(setting, pyz, quick, capsules):
+    """`pack` through the server (the .pyz over real pipes, the daemon's `serve_capsule`)
+    of each synthetic Capsule, each call next to a `claims [1]` of it: the same request,
+    decoding and checks, so `pack` − `claims [1]` is what the Pack costs there.
+    Interleaved with `json.loads` of the bytes the daemon sends (and, for 10,000 claims,
+    a bare GET of them, for the end-to-end rows).  {size: {variant: [seconds], ...,
+    "<name>-over": [pack − its claims [1], per repetition], "figures", "texts", "body"}}."""
+    calls = {"claims": ("claims", {"numbers": [1]}), "pack": ("pack", {}),
+             "query": ("pack", {"query": PACK_QUERY}), "wide": ("pack", {"budget": 60000})}
+    served = {}
     server = setting.server([sys.executable, pyz, "mcp", "serve"], "reads")
     try:
         _, context = server.call("context")
         task_id = context["structuredContent"]["task_id"]
-        served = json.loads(json.dumps(capsule))
-        served["task"]["id"] = task_id
-        setting.daemon.serve_capsule(task_id, {"capsule": served})
-        try:
-            raw = setting.bare.capsule_bytes(task_id)
-            calls = {"claims": ("claims", {"numbers": [1]}), "pack": ("pack", {}),
-                     "query": ("pack", {"query": PACK_QUERY}), "wide": ("pack", {"budget": 60000})}
-            figures, texts = {}, {}
-            for name, (tool, arguments) in calls.items():
-                _, result = server.call(tool, arguments)
-                if tool == "pack":
-                    # The Pack's figures: in `_meta` since the pack result became text for the model.
-                    figures[name] = result.get("structuredContent") or result["_meta"]["memprove/pack"]
-                    texts[name] = result["content"][0]["text"]
-            matched = re.search(r"\nQuery: .* \((\d+) of (\d+) lines match\)\n", texts["query"])
-            if matched is None:
-                raise BenchError("the Pack of query %r has no Query line" % PACK_QUERY)
-            variants = dict((name, lambda call=call: server.call(*call)[0]) for name, call in calls.items())
-            variants["raw"] = lambda: timed(setting.bare.capsule_bytes, task_id)
-            variants["loads"] = lambda: timed(json.loads, raw)
-            reps = PLAN["pack_e2e"][quick]
-            progress("pack end to end: %d repetitions of %d variants" % (reps, len(variants)))
-            samples = dict((name, []) for name in variants)
-            rng = random.Random(5)
-            names = sorted(variants)
-            for _ in range(reps):
-                rng.shuffle(names)
-                for name in names:
-                    samples[name].append(variants[name]())
-        finally:
-            setting.daemon.serve_capsule(task_id, None)
+        for size, plan in ((1000, "pack_served_small"), (10000, "pack_e2e"), (100000, "pack_served_large")):
+            # A shallow copy with the Task's id: no second copy of the claims to walk.
+            body = dict(capsules[size], task=dict(capsules[size]["task"], id=task_id))
+            setting.daemon.serve_capsule(task_id, {"capsule": body})
+            try:
+                raw = setting.bare.capsule_bytes(task_id)
+                figures, texts = {}, {}
+                for name, (tool, arguments) in calls.items():
+                    _, result = server.call(tool, arguments)    # once, untimed: its figures
+                    if tool == "pack":
+                        # The Pack's figures: in `_meta` since the pack result became text for the model.
+                        figures[name] = result.get("structuredContent") or result["_meta"]["memprove/pack"]
+                        texts[name] = result["content"][0]["text"]
+                rng = random.Random(5)
+
+                def paired(call, rng=rng):
+                    """`claims [1]` and the `pack` call next to each other, in a random order:
+                    a shared machine's load drifts between calls far apart more than
+                    between neighbours.  (pack's seconds, claims's seconds)"""
+                    first = rng.random() < 0.5
+                    claims = server.call(*calls["claims"])[0] if first else None
+                    ours = server.call(*call)[0]
+                    return ours, claims if first else server.call(*calls["claims"])[0]
+
+                variants = dict((name, lambda call=calls[name]: paired(call)) for name in ("pack", "query", "wide"))
+                variants["loads"] = lambda raw=raw: timed(json.loads, raw)
+                if size == 10000:
+                    variants["raw"] = lambda: timed(setting.bare.capsule_bytes, task_id)
+                reps = PLAN[plan][quick]
+                progress("pack through the server, %s claims: %d repetitions of %d variants" % (
+                    "{:,}".format(size), reps, len(variants)))
+                samples = dict((name, []) for name in variants)
+                names = sorted(variants)
+                for _ in range(reps):
+                    rng.shuffle(names)
+                    for name in names:
+                        samples[name].append(variants[name]())
+            finally:
+                setting.daemon.serve_capsule(task_id, None)
+            for name in ("pack", "query", "wide"):
+                pairs = samples[name]
+                samples[name] = [ours for ours, _ in pairs]
+                samples[name + "-claims"] = [claims for _, claims in pairs]
+                samples[name + "-over"] = [ours - claims for ours, claims in pairs]
+            samples["claims"] = samples["pack-claims"]     # one `claims [1]` a repetition, for its own rows
+            samples.update(figures=figures, texts=texts, body=raw)
+            served[size] = samples
     finally:
         server.close()
+    return served
+
+
+def phase_pack_e2e(report, samples):
+    """`pack` of a 10,000-claim Capsule through the server against `claims [1]` of it
+    (issue 19's measure: the same request, decoding and checks, then the Pack or
+    not), and the server's share of `claims [1]` against `json.loads` of the bytes;
+    from pack_served's samples of that Capsule."""
+    raw, figures, texts = samples["body"], samples["figures"], samples["texts"]
+    matched = re.search(r"\nQuery: .* \((\d+) of (\d+) lines match\)\n", texts["query"])
+    if matched is None:
+        raise BenchError("the Pack of query %r has no Query line" % PACK_QUERY)
 
     def middle(name):
         return median(samples[name])
@@ -1478,12 +1544,11 @@ def phase_pack_e2e(setting, pyz, quick, report, capsule):
                         ("query", "query `%s` (%s of %s lines match), budget 6000" % (
                             (PACK_QUERY,) + matched.groups())),
                         ("wide", "budget 60,000, no query")):
-        difference = over(name, "claims")
+        difference = median(samples[name + "-over"])
         report.add("`pack`, %s → %d claims shown" % (label, figures[name]["claims_shown"]), *cells(name),
                    versus="%+.1f ms over `claims [1]` (%s)" % (
-                       difference * 1000, ratio_text(middle(name) / middle("claims"))),
+                       difference * 1000, ratio_text(middle(name) / middle(name + "-claims"))),
                    target="≤ +30 ms", met=difference <= 0.030)
-    return samples
 
 
 def size_text(count):
@@ -1602,8 +1667,7 @@ def main(argv=None):
         phase_calls(setting, pyz, quick, report)
         phase_hook(setting, pyz, quick, report)
         setting.daemon.clear_ops()
-        phase_pack(quick, report, capsules)
-        phase_pack_e2e(setting, pyz, quick, report, capsules[10000])
+        phase_pack_e2e(report, phase_pack(setting, pyz, quick, report, capsules))
         setting.daemon.clear_ops()
         phase_memory(setting, pyz, quick, report)
     except BenchError as error:

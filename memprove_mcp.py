@@ -3708,6 +3708,7 @@ CONTROLS_MARKED = bytes(0xFF if code < 0x20 or code == 0x7F else code for code i
 FOLD_CHUNK = 256      # texts checked together: one that needs folding costs its chunk a closer look
 BUILD_CHUNK = 64      # lines built together when the budget, not a query, decides how many
 MATCH_CHUNK = 256     # candidates searched together for a query
+SIFT_CHUNK = 1024      # candidates sifted together for a query
 
 
 def folded_already(texts):
@@ -3932,10 +3933,34 @@ def by_number(numbers, claims, descending=False):
 # most lines do not match: a line is built only when the budget reaches it.
 
 NUMBERED = frozenset("-c0123456789")         # the characters of `- c12 ` but its spaces
+JOINING = frozenset(" ()[];,:")              # what a line puts between its texts, but words
 
 
 def matching_candidates(sections, records, tokens):
     """The indices of the candidates whose casefolded line holds every token.
+
+    The candidates are sifted first, a field of all of them at a time
+    (possible_matches); what sifting cannot tell is then searched for in the
+    lines of those it leaves, so the answer is the one searching every
+    candidate's line gives.
+    """
+    try:
+        sifted = possible_matches(sections, records, tokens)
+    except CAPSULE_MISREAD:
+        sifted = None           # a record sifting cannot read: search every line, as before
+    if sifted is None:
+        return searched_matches(sections, records, tokens)
+    possible, exact = sifted
+    if exact:
+        return possible
+    found = searched_matches([sections[index] for index in possible], [records[index] for index in possible],
+                             tokens)
+    return [possible[index] for index in found]
+
+
+def searched_matches(sections, records, tokens):
+    """The indices of the candidates whose casefolded line holds every token,
+    each line searched.
 
     A chunk at a time: the lines of a large Task, made all at once and then
     read again to match them, outgrow the processor's caches (twice the cache
@@ -3996,6 +4021,106 @@ def holding_every(texts, tokens):
     for token in tokens:
         hits = [index for index in hits if token in texts[index]]
     return hits
+
+
+# -- sifting ---------------------------------------------------------------------
+# A token that holds nothing of JOINING and no U+FFFD, and is not made of
+# `-`, `c` and digits, is in a line exactly when it is inside one of the
+# texts the line is made of: a claim's text and evidence labels; a
+# decision's state, rationale (after the word `Because`), alternatives
+# (after `Instead of`); a Run's label, command, finishing time, and `passed`
+# or `failed` with `exit` and its exit code.  What a line puts between them
+# is made of JOINING, and its prefix (`- c12 `, `- `) of spaces, `-`, `c`
+# and digits.  As above, such a token is in a folded text exactly when it
+# is in the text as it stands; a text that folds to nothing holds no token.
+# So the texts of one field, casefolded together, are searched for such a
+# token in C loops, and no line is built.
+
+def possible_matches(sections, records, tokens):
+    """(indices, exact): the indices, ascending, of the candidates whose
+    texts hold every token that sifts, and whether every token sifts (the
+    indices are then those of the matching candidates).  None when no token
+    sifts or the records are not all of the shapes sifting reads.
+
+    A candidate sifting leaves out is never read for its line, so it must be
+    one whose line can be built, or leaving it out would spare a call that
+    must fail: so claims with int numbers, texts, and lists of texts for
+    evidence and alternatives; Runs with a label, and texts or None for
+    their fields.  A value that is not text where text is read raises
+    TypeError, and so does one that is not None, empty or iterable where a
+    list is read (text or a mapping there is read as its letters or keys,
+    as the line reads it).
+    """
+    sifting = [token for token in tokens
+               if not NUMBERED.issuperset(token) and not JOINING.intersection(token) and "\ufffd" not in token]
+    if not sifting:
+        return None
+    possible = []
+    for start in range(0, len(records), SIFT_CHUNK):
+        found = sifted(sections[start:start + SIFT_CHUNK], records[start:start + SIFT_CHUNK], sifting)
+        if found is None:
+            return None
+        possible += [start + index for index in found]
+    return possible, len(sifting) == len(tokens)
+
+
+def sifted(sections, records, tokens):
+    """The indices, ascending, of the candidates whose texts hold every
+    token (all sift), or None when they are not all of the shapes sifting reads."""
+    from bisect import bisect_left
+    from itertools import chain, repeat
+    runs_start = bisect_left(sections, RUNS)
+    claims = records[:runs_start]
+    if set(map(type, map(dict.__getitem__, claims, repeat("number")))) - {int}:
+        return None
+    evidences = list(map(dict.get, claims, repeat("evidence")))
+    labels = "\n".join(chain.from_iterable(filter(None, evidences))).casefold()
+    texts = casefolded(map(dict.get, claims, repeat("text")))
+    start, stop = bisect_left(sections, DECISIONS), bisect_left(sections, DECISIONS + 1)
+    decisions = claims[start:stop]
+    alternatives = [value or () for value in map(dict.get, decisions, repeat("alternatives"))]
+    rationales = texts_of(decisions, "rationale")
+    decided = casefolded(map("\x1f".join, zip(texts_of(decisions, "decision_state"), rationales,
+                                              map("\x1f".join, alternatives))))
+    runs = records[runs_start:]
+    passed = [value is True for value in map(dict.get, runs, repeat("passed"))]
+    exits = ["" if ok else "%s" % (code,) for ok, code in zip(passed, map(dict.get, runs, repeat("exit_code")))]
+    ran = casefolded(map("\x1f".join, zip(map(dict.__getitem__, runs, repeat("label")), texts_of(runs, "command"),
+                                           texts_of(runs, "finished_at"), exits)))
+    possible = None
+    for token in tokens:
+        if possible is None:
+            found = [index for index, text in enumerate(texts) if token in text]
+        else:          # the texts of the claims still in
+            found = [index for index in possible if index < runs_start and token in texts[index]]
+        if token in labels:
+            found += [index for index, evidence in enumerate(evidences)
+                      if evidence and token in "\n".join(evidence).casefold()]
+        found += [start + index for index, text in enumerate(decided) if token in text]
+        if token in "because":
+            found += [start + index for index, rationale in enumerate(rationales) if rationale.strip()]
+        if token in "instead of":
+            found += [start + index for index, listed in enumerate(alternatives)
+                      if any(alternative.strip() for alternative in listed)]
+        found += [runs_start + index for index, text in enumerate(ran) if token in text]
+        if token in "passed":
+            found += [runs_start + index for index, ok in enumerate(passed) if ok]
+        if token in "failed exit":
+            found += [runs_start + index for index, ok in enumerate(passed) if not ok]
+        possible = set(found) if possible is None else possible.intersection(found)
+    return sorted(possible)
+
+
+def texts_of(records, field):
+    """Each record's `field`, "" for None as fold reads it."""
+    from itertools import repeat
+    values = list(map(dict.get, records, repeat(field)))
+    return ["" if value is None else value for value in values] if None in values else values
+
+
+def casefolded(texts):
+    """[text.casefold() for text in texts]; a value that is not text raises TypeError."""
+    return list(map(str.casefold, texts))
 
 
 # -- the budget -----------------------------------------------------------------

@@ -3708,7 +3708,7 @@ CONTROLS_MARKED = bytes(0xFF if code < 0x20 or code == 0x7F else code for code i
 FOLD_CHUNK = 256      # texts checked together: one that needs folding costs its chunk a closer look
 BUILD_CHUNK = 64      # lines built together when the budget, not a query, decides how many
 MATCH_CHUNK = 256     # candidates searched together for a query
-SIFT_CHUNK = 1024      # candidates sifted together for a query
+SIFT_CHUNK = 1024     # candidates sifted together for a query
 
 
 def folded_already(texts):

@@ -3708,6 +3708,7 @@ CONTROLS_MARKED = bytes(0xFF if code < 0x20 or code == 0x7F else code for code i
 FOLD_CHUNK = 256      # texts checked together: one that needs folding costs its chunk a closer look
 BUILD_CHUNK = 64      # lines built together when the budget, not a query, decides how many
 MATCH_CHUNK = 256     # candidates searched together for a query
+SIFT_CHUNK = 1024     # candidates sifted together for a query
 
 
 def folded_already(texts):
@@ -3847,11 +3848,12 @@ def render_pack(capsule, budget=PACK_BUDGET, query=None):
     little more than its filtering.
     """
     header = pack_header(capsule)
-    candidates = Candidates(*pack_candidates(capsule))
     folded_query = fold(query)
+    numbers = [] if folded_query else None
+    candidates = Candidates(*pack_candidates(capsule, numbers))
     if folded_query:
         everyone = len(candidates)
-        candidates = candidates.matching(folded_query.casefold().split(" "))
+        candidates = candidates.matching(folded_query.casefold().split(" "), not set(map(type, numbers)) - {int})
         header.append("Query: %s (%d of %d lines match)" % (folded_query, len(candidates), everyone))
     header_text = "".join(line + "\n" for line in header)
     shown, reserved = fill_budget(candidates, budget - utf16_len(header_text))
@@ -3876,8 +3878,10 @@ def pack_header(capsule):
     return lines
 
 
-def pack_candidates(capsule):
-    """(sections, records): every candidate in the Pack's order, and its section.
+def pack_candidates(capsule, numbers=None):
+    """(sections, records): every candidate in the Pack's order, and its section;
+    `numbers`, a list, is extended by the numbers of the active claims of
+    the four kinds (the candidates' among them).
 
     Two flat lists rather than a tuple per candidate: a Capsule of 100,000
     claims then allocates next to nothing, so no garbage collection walks it
@@ -3891,6 +3895,9 @@ def pack_candidates(capsule):
             if found is not None:
                 found[0].append(claim["number"])
                 found[1].append(claim)
+    if numbers is not None:
+        for found in by_kind.values():
+            numbers += found[0]
     ordered = (
         by_number(*by_kind["next_action"])[-1:],
         by_number(*by_kind["open_item"]),
@@ -3932,10 +3939,34 @@ def by_number(numbers, claims, descending=False):
 # most lines do not match: a line is built only when the budget reaches it.
 
 NUMBERED = frozenset("-c0123456789")         # the characters of `- c12 ` but its spaces
+JOINING = frozenset(" ()[];,:")              # what a line puts between its texts, but words
 
 
-def matching_candidates(sections, records, tokens):
+def matching_candidates(sections, records, tokens, int_numbers=False):
     """The indices of the candidates whose casefolded line holds every token.
+
+    The candidates are sifted first, a field of all of them at a time
+    (possible_matches); what sifting cannot tell is then searched for in the
+    lines of those it leaves, so the answer is the one searching every
+    candidate's line gives.  `int_numbers`: every claim's number is an int.
+    """
+    try:
+        sifted = possible_matches(sections, records, tokens) if int_numbers else None
+    except CAPSULE_MISREAD:
+        sifted = None           # a record sifting cannot read: search every line, as before
+    if sifted is None:
+        return searched_matches(sections, records, tokens)
+    possible, exact = sifted
+    if exact:
+        return possible
+    found = searched_matches([sections[index] for index in possible], [records[index] for index in possible],
+                             tokens)
+    return [possible[index] for index in found]
+
+
+def searched_matches(sections, records, tokens):
+    """The indices of the candidates whose casefolded line holds every token,
+    each line searched.
 
     A chunk at a time: the lines of a large Task, made all at once and then
     read again to match them, outgrow the processor's caches (twice the cache
@@ -3998,6 +4029,105 @@ def holding_every(texts, tokens):
     return hits
 
 
+# -- sifting ---------------------------------------------------------------------
+# A token that holds nothing of JOINING and no U+FFFD, and is not made of
+# `-`, `c` and digits, is in a line exactly when it is inside one of the
+# texts the line is made of: a claim's text and evidence labels; a
+# decision's state, rationale (after the word `Because`), alternatives
+# (after `Instead of`); a Run's label, command, finishing time, and `passed`
+# or `failed` with `exit` and its exit code.  What a line puts between them
+# is made of JOINING, and its prefix (`- c12 `, `- `) of spaces, `-`, `c`
+# and digits.  As above, such a token is in a folded text exactly when it
+# is in the text as it stands; a text that folds to nothing holds no token.
+# So the texts of one field, casefolded together, are searched for such a
+# token in C loops, and no line is built.
+
+def possible_matches(sections, records, tokens):
+    """(indices, exact): the indices, ascending, of the candidates whose
+    texts hold every token that sifts, and whether every token sifts (the
+    indices are then those of the matching candidates); None when none does.
+
+    A candidate sifting leaves out is never read for its line, so it must be
+    one whose line can be built, or leaving it out would spare a call that
+    must fail: claims with int numbers (the caller sees to it), texts, and
+    lists of texts for evidence and alternatives; Runs with a label, and
+    texts or None for their fields.  A value that is not text where text is
+    read raises TypeError, and so does one that is not None, empty or
+    iterable where a list is read (text or a mapping there is read as its
+    letters or keys, as the line reads it).
+    """
+    sifting = [token for token in tokens
+               if not NUMBERED.issuperset(token) and not JOINING.intersection(token) and "\ufffd" not in token]
+    if not sifting:
+        return None
+    possible = []
+    for start in range(0, len(records), SIFT_CHUNK):
+        found = sifted(sections[start:start + SIFT_CHUNK], records[start:start + SIFT_CHUNK], sifting)
+        possible += [start + index for index in found]
+    return possible, len(sifting) == len(tokens)
+
+
+def sifted(sections, records, tokens):
+    """The indices, ascending, of the candidates whose texts hold every
+    token (all sift).  A chunk at a time, for the processor's caches.
+
+    Each candidate is searched in one text: a claim's text, but a
+    decision's text, state, rationale and alternatives, and a Run's label,
+    command, finishing time and exit code if it failed, joined by U+001F
+    (white space, which no token holds).  Evidence labels and the words of
+    the lines are looked at only for a token they hold.
+    """
+    from bisect import bisect_left
+    from itertools import chain, repeat
+    runs_start = bisect_left(sections, RUNS)
+    claims = records[:runs_start]
+    evidences = list(map(dict.get, claims, repeat("evidence")))
+    labels = "\n".join(chain.from_iterable(filter(None, evidences))).casefold()
+    texts = list(map(dict.get, claims, repeat("text")))
+    start, stop = bisect_left(sections, DECISIONS), bisect_left(sections, DECISIONS + 1)
+    decisions = claims[start:stop]
+    alternatives = [value or () for value in map(dict.get, decisions, repeat("alternatives"))]
+    rationales = texts_of(decisions, "rationale")
+    texts[start:stop] = map("\x1f".join, zip(texts[start:stop], texts_of(decisions, "decision_state"), rationales,
+                                             map("\x1f".join, alternatives)))
+    runs = records[runs_start:]
+    passed = [value is True for value in map(dict.get, runs, repeat("passed"))]
+    exits = ["" if ok else str(code) for ok, code in zip(passed, map(dict.get, runs, repeat("exit_code")))]
+    texts += map("\x1f".join, zip(map(dict.__getitem__, runs, repeat("label")), texts_of(runs, "command"),
+                                  texts_of(runs, "finished_at"), exits))
+    texts = list(map(str.casefold, texts))
+    found = [index for index, text in enumerate(texts) if tokens[0] in text]
+    if not any(token in labels or token in "because instead of passed failed exit" for token in tokens):
+        for token in tokens[1:]:              # each candidate's one text holds every token, or it is out
+            found = [index for index in found if token in texts[index]]
+        return found
+    possible = None
+    for token in tokens:
+        if possible is not None:
+            found = [index for index in possible if token in texts[index]]
+        if token in labels:
+            found += [index for index, evidence in enumerate(evidences)
+                      if evidence and token in "\n".join(evidence).casefold()]
+        if token in "because":
+            found += [start + index for index, rationale in enumerate(rationales) if rationale.strip()]
+        if token in "instead of":
+            found += [start + index for index, listed in enumerate(alternatives)
+                      if any(alternative.strip() for alternative in listed)]
+        if token in "passed":
+            found += [runs_start + index for index, ok in enumerate(passed) if ok]
+        if token in "failed exit":
+            found += [runs_start + index for index, ok in enumerate(passed) if not ok]
+        possible = set(found) if possible is None else possible.intersection(found)
+    return sorted(possible)
+
+
+def texts_of(records, field):
+    """Each record's `field`, "" for None as fold reads it."""
+    from itertools import repeat
+    values = list(map(dict.get, records, repeat(field)))
+    return ["" if value is None else value for value in values] if None in values else values
+
+
 # -- the budget -----------------------------------------------------------------
 
 class Candidates:
@@ -4021,9 +4151,10 @@ class Candidates:
     def __len__(self):
         return len(self.records)
 
-    def matching(self, tokens):
-        """The candidates whose line holds every token of a query."""
-        found = matching_candidates(self.sections, self.records, tokens)
+    def matching(self, tokens, int_numbers=False):
+        """The candidates whose line holds every token of a query
+        (`int_numbers`: every claim's number is an int)."""
+        found = matching_candidates(self.sections, self.records, tokens, int_numbers)
         return Candidates([self.sections[index] for index in found], [self.records[index] for index in found])
 
     def build(self, stop):

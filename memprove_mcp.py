@@ -6793,6 +6793,11 @@ DOCTOR_CHECKS = [
 ]
 
 
+# -- finding the client's entry, configured or from a kit ------------------------------
+# Where the client keeps it comes from its record (its files, or its
+# `find_kit`); an entry found is {"command", "args", "env", "keyed", "text"}
+# (section 12), and one from a kit also names the kit's folder and version.
+
 def find_client_entry(name, found):
     """(file, entry, files looked at) of the first memprove entry, or (None, None, looked)."""
     looked, root = [], found.root

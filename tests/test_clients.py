@@ -1,4 +1,5 @@
-"""`mcp print-config --client NAME` (clients.md, "mcp print-config --client NAME";
+"""The clients' records (memprove_mcp.py section 13): one record per client, and
+`mcp print-config --client NAME` (clients.md, "mcp print-config --client NAME";
 tools.md, "The command line"), through the built .pyz.
 
 Every form is parsed with a real parser (json, tomllib, PyYAML), compared with

@@ -1,4 +1,5 @@
-"""Configuration values that do not fit are ignored and named in `context`'s warnings
+"""Configuration (memprove_mcp.py section 8): values that do not fit are ignored and named
+in `context`'s warnings
 (contract.md §1), whatever characters they hold: environment values, MEMPROVE_TIMEOUT out of
 bounds and a parent session of many digits (§6 rule 7), a token file open to others or an
 agent name over 64 characters (§6 rule 11).  And the configuration files Windows tools write

@@ -1,4 +1,5 @@
-"""The Workspace's files under stress (issue 5, item 5), against the built .pyz.
+"""The context files (memprove_mcp.py section 9) under stress (issue 5, item 5), against
+the built .pyz.
 
 `context.json` corrupt, binary, empty, huge, a directory, unreadable, a symlink of
 every sort, JSON of the wrong shape; `runs.jsonl` with torn, garbage and wrongly typed

@@ -1,4 +1,5 @@
-"""Several writers of one Workspace at once (contract.md section 2, "Writes are atomic").
+"""The context files (memprove_mcp.py section 9): several writers of one Workspace at once
+(contract.md section 2, "Writes are atomic").
 
 Two server processes open and end Sessions (`begin` and `end` are the tools that write
 `context.json`) while a thread records Runs as `memprove run` does (recordRun, then a line

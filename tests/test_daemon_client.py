@@ -1,4 +1,5 @@
-"""Daemon faults while tool calls run (issue 5, item 3), against the built .pyz and
+"""The daemon client (memprove_mcp.py section 10): daemon faults while tool calls run
+(issue 5, item 3), against the built .pyz and
 the reference daemon's fault injection.
 
 - Reads: every fault gives its Problem code (`daemon_timeout` past MEMPROVE_TIMEOUT,

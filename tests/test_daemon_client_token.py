@@ -1,4 +1,5 @@
-"""Token hygiene (issue 5, item 4), against the built .pyz.
+"""The daemon client's token (memprove_mcp.py section 10): token hygiene (issue 5, item 4),
+against the built .pyz.
 
 The token goes only to the loopback daemon, in `Authorization: Bearer` alone: not
 through any proxy variable, not after a redirect, not to a daemon.json that names

@@ -1,4 +1,4 @@
-"""`mcp doctor` (doctor.md) through the built .pyz: the seven checks in order, every
+"""`mcp doctor` (doctor.md) through the built .pyz: the eight checks in order, every
 status of every check, the token-in-client-config rule in each form, the reference
 daemon running, stopped, absent, revoking the token, or hanging; `--json`; exit
 statuses 0, 1 and 2; one `listTasks` and nothing else sent; no file written; the

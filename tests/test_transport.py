@@ -1,4 +1,5 @@
-"""Concurrency and lifecycle (issue 5, item 6), against the built .pyz.
+"""The transport (memprove_mcp.py section 3), against the built .pyz: concurrency and
+lifecycle (issue 5, item 6), what no input may do to it (contract.md §6 rules 4, 5, 8), the soak.
 
 - 100 pipelined requests of every kind in both eras, written at once, each answered
   exactly once and matched by id with its own era's shape.

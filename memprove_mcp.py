@@ -4865,9 +4865,9 @@ class Client(object):
                     for the project file, {user} for the first user file
       project_file  path parts of its project file under the Workspace root
       user_files    (base, path parts, keys before the client's own) of each of
-                    its user files, the base one of PLACES and "<root>" in the keys
-                    the Workspace root; a tuple, or a dict by platform ("posix"
-                    for Linux and any platform not named)
+                    its user files, the base one of PLACES or a function of their
+                    shape, and "<root>" in the keys the Workspace root; a tuple, or
+                    a dict by platform ("posix" for Linux and any platform not named)
       block_folder  path parts of one of those that is a folder of files of one
                     entry each (YAML), or None
       expands       what it replaces in its configuration's values (refused in a path)
@@ -4901,8 +4901,10 @@ class Client(object):
         self.block_folder = None
         self.passes = passes_everything
         self.kit_server = self.kit_hooks = self.find_kit = self.enable = None
-        self.kit_expands, self.kit_files, self.install, self.update, self.remove = (), (), (), (), ()
-        self.hook_variable, self.hook_files, self.hook_form, self.hook_distrust = None, (), None, None
+        self.kit_expands, self.kit_files = (), ()
+        self.install, self.update, self.remove = (), (), ()
+        self.hook_variable, self.hook_files = None, ()
+        self.hook_form = self.hook_distrust = None
         for name, value in facts.items():
             if not hasattr(self, name):
                 raise TypeError("a client has no %r" % name)
@@ -4936,20 +4938,19 @@ def roaming_app_data(environ, platform=PLATFORM):
 
 
 # The directories clients keep their files under: (environ, Workspace root,
-# platform) -> a directory, or None.
+# platform) -> a directory, or None.  A client that keeps its own (Codex's
+# CODEX_HOME) names a function of that shape as its base instead.
 PLACES = {
     "root": lambda environ, root, platform: root,
     "home": lambda environ, root, platform: home_directory(environ, platform),
     "xdg": lambda environ, root, platform: xdg_config_home(environ, platform),
     "appdata": lambda environ, root, platform: roaming_app_data(environ, platform),
-    "codex": lambda environ, root, platform: environ.get("CODEX_HOME") or os.path.join(
-        home_directory(environ, platform), ".codex"),
 }
 
 
 def place_path(base, parts, environ, root, platform=PLATFORM):
     """The path of a client's file (see PLACES), or None when it has no base here."""
-    directory = PLACES[base](environ, root, platform)
+    directory = (PLACES[base] if isinstance(base, str) else base)(environ, root, platform)
     return os.path.join(directory, *parts) if directory else None
 
 
@@ -5063,6 +5064,11 @@ def claude_kit_entry(found):
 
 # -- Codex CLI ---------------------------------------------------------------------
 
+def codex_home(environ, root, platform):
+    """Where Codex keeps its files: $CODEX_HOME, else ~/.codex, on every platform."""
+    return environ.get("CODEX_HOME") or os.path.join(home_directory(environ, platform), ".codex")
+
+
 def codex_entry(server):
     # TOML: the writer puts the scalars and arrays under [mcp_servers.memprove]
     # and the env table after them as [mcp_servers.memprove.env].
@@ -5091,7 +5097,7 @@ def codex_kit_entry(found):
     """Codex: the plugin in config.toml (`enabled = false` once disabled), the
     marketplace's folder there too; it runs its copy's server file, in
     plugins/cache."""
-    base = PLACES["codex"](found.environ, None, found.platform)
+    base = codex_home(found.environ, None, found.platform)
     config_path = os.path.join(base, "config.toml")
     try:
         config = user_text(read_regular(config_path, MAX_CLIENT_FILE)[0])
@@ -5135,7 +5141,7 @@ def codex_hook_distrust(found, handler):
     import json
     digest = "sha256:" + hashlib.sha256(json.dumps(
         seen, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
-    config = os.path.join(PLACES["codex"](found.environ, None, found.platform), "config.toml")
+    config = os.path.join(codex_home(found.environ, None, found.platform), "config.toml")
     try:
         state = toml_client_entry(user_text(read_regular(config, MAX_CLIENT_FILE)[0]),
                                   CODEX_HOOK_STATE)
@@ -5360,7 +5366,7 @@ CLIENTS = {
     "codex": Client(
         "Codex CLI", agent="codex-mcp-client",
         format="toml", shape=codex_entry, where="{user}",
-        user_files=(("codex", ("config.toml",), ()),),
+        user_files=((codex_home, ("config.toml",), ()),),
         passes=passes_what_codex_names, adds=adds_after_dashes("codex", "--env"),
         # Codex 0.171.0 refuses an Agent Plugins server that names an interpreter by
         # its path, and starts one in its copy of the plugin, where no Workspace is
@@ -5377,7 +5383,7 @@ CLIENTS = {
         update=("codex plugin add " + KIT_PLUGIN_ID,), enable="codex plugin add " + KIT_PLUGIN_ID,
         remove=("codex plugin remove " + KIT_PLUGIN_ID, "codex plugin marketplace remove memprove"),
         find_kit=codex_kit_entry,
-        hook_variable="PLUGIN_ROOT", hook_files=(("codex", ("hooks.json",)),), hook_form="cmd",
+        hook_variable="PLUGIN_ROOT", hook_files=((codex_home, ("hooks.json",)),), hook_form="cmd",
         hook_distrust=codex_hook_distrust),
     "gemini": Client(
         "Gemini CLI", agent="gemini-cli-mcp-client",

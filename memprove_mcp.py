@@ -3848,12 +3848,11 @@ def render_pack(capsule, budget=PACK_BUDGET, query=None):
     little more than its filtering.
     """
     header = pack_header(capsule)
+    candidates = Candidates(*pack_candidates(capsule))
     folded_query = fold(query)
-    numbers = [] if folded_query else None
-    candidates = Candidates(*pack_candidates(capsule, numbers))
     if folded_query:
         everyone = len(candidates)
-        candidates = candidates.matching(folded_query.casefold().split(" "), not set(map(type, numbers)) - {int})
+        candidates = candidates.matching(folded_query.casefold().split(" "))
         header.append("Query: %s (%d of %d lines match)" % (folded_query, len(candidates), everyone))
     header_text = "".join(line + "\n" for line in header)
     shown, reserved = fill_budget(candidates, budget - utf16_len(header_text))
@@ -3878,10 +3877,8 @@ def pack_header(capsule):
     return lines
 
 
-def pack_candidates(capsule, numbers=None):
-    """(sections, records): every candidate in the Pack's order, and its section;
-    `numbers`, a list, is extended by the numbers of the active claims of
-    the four kinds (the candidates' among them).
+def pack_candidates(capsule):
+    """(sections, records): every candidate in the Pack's order, and its section.
 
     Two flat lists rather than a tuple per candidate: a Capsule of 100,000
     claims then allocates next to nothing, so no garbage collection walks it
@@ -3895,9 +3892,6 @@ def pack_candidates(capsule, numbers=None):
             if found is not None:
                 found[0].append(claim["number"])
                 found[1].append(claim)
-    if numbers is not None:
-        for found in by_kind.values():
-            numbers += found[0]
     ordered = (
         by_number(*by_kind["next_action"])[-1:],
         by_number(*by_kind["open_item"]),
@@ -3942,16 +3936,16 @@ NUMBERED = frozenset("-c0123456789")         # the characters of `- c12 ` but it
 JOINING = frozenset(" ()[];,:")              # what a line puts between its texts, but words
 
 
-def matching_candidates(sections, records, tokens, int_numbers=False):
+def matching_candidates(sections, records, tokens):
     """The indices of the candidates whose casefolded line holds every token.
 
     The candidates are sifted first, a field of all of them at a time
     (possible_matches); what sifting cannot tell is then searched for in the
     lines of those it leaves, so the answer is the one searching every
-    candidate's line gives.  `int_numbers`: every claim's number is an int.
+    candidate's line gives.
     """
     try:
-        sifted = possible_matches(sections, records, tokens) if int_numbers else None
+        sifted = possible_matches(sections, records, tokens)
     except CAPSULE_MISREAD:
         sifted = None           # a record sifting cannot read: search every line, as before
     if sifted is None:
@@ -4049,7 +4043,7 @@ def possible_matches(sections, records, tokens):
 
     A candidate sifting leaves out is never read for its line, so it must be
     one whose line can be built, or leaving it out would spare a call that
-    must fail: claims with int numbers (the caller sees to it), texts, and
+    must fail: claims with int numbers, texts, and
     lists of texts for evidence and alternatives; Runs with a label, and
     texts or None for their fields.  A value that is not text where text is
     read raises TypeError, and so does one that is not None, empty or
@@ -4060,6 +4054,10 @@ def possible_matches(sections, records, tokens):
                if not NUMBERED.issuperset(token) and not JOINING.intersection(token) and "\ufffd" not in token]
     if not sifting:
         return None
+    from bisect import bisect_left
+    from operator import itemgetter
+    if set(map(type, map(itemgetter("number"), records[:bisect_left(sections, RUNS)]))) - {int}:
+        return None             # "%d" reads 2.5 as 2: such a claim's line must be built
     possible = []
     for start in range(0, len(records), SIFT_CHUNK):
         found = sifted(sections[start:start + SIFT_CHUNK], records[start:start + SIFT_CHUNK], sifting)
@@ -4151,10 +4149,9 @@ class Candidates:
     def __len__(self):
         return len(self.records)
 
-    def matching(self, tokens, int_numbers=False):
-        """The candidates whose line holds every token of a query
-        (`int_numbers`: every claim's number is an int)."""
-        found = matching_candidates(self.sections, self.records, tokens, int_numbers)
+    def matching(self, tokens):
+        """The candidates whose line holds every token of a query."""
+        found = matching_candidates(self.sections, self.records, tokens)
         return Candidates([self.sections[index] for index in found], [self.records[index] for index in found])
 
     def build(self, stop):

@@ -5003,18 +5003,18 @@ def adds_after_dashes(client, env_option):
     return adds
 
 
-def kit_server(root, stdio_type=False, trailing=(), client=None):
+def kit_server(root, stdio_type=False, trailing=(), env=None):
     """The server entry of a kit file: this interpreter, the kit's .pyz
     through `root` (a client's root variable, or a function of the kit that
-    gives the folder), and print-config's arguments and environment (that of
-    `client`'s entry: Gemini's passes the token file by reference)."""
+    gives the folder), and print-config's arguments and environment (with
+    `env`, the client's record's: Gemini's passes the token file by reference)."""
     def shape(kit):
         entry = {"type": "stdio"} if stdio_type else {}
         entry["command"] = kit["python"]
         entry["args"] = [(root if isinstance(root, str) else root(kit)) + KIT_ARCHIVE] + kit["args"]
         entry["env"] = {"MEMPROVE_CONFIG_DIR": kit["config_dir"]}
-        if client and CLIENTS[client].env:
-            entry["env"].update(CLIENTS[client].env(kit["environ"], None))
+        if env:
+            entry["env"].update(env(kit["environ"], None))
         entry.update(trailing)
         return entry
     return shape
@@ -5389,7 +5389,8 @@ CLIENTS = {
         project_file=(".gemini", "settings.json"), env=token_file_reference,
         user_files=(("home", (".gemini", "settings.json"), ()),), expands=("$",),
         passes=passes_what_gemini_keeps, adds=gemini_adds,
-        kit_server=kit_server("${extensionPath}${/}" + KIT_NAME + "${/}", client="gemini"),
+        kit_server=kit_server("${extensionPath}${/}" + KIT_NAME + "${/}",
+                              env=token_file_reference),
         kit_expands=("$",),
         # Gemini CLI's extension is the kit's folder itself: its hooks file cannot be the
         # plugin's, whose Windows handler Gemini would run without its arguments.
@@ -5535,7 +5536,7 @@ def print_hook_config(name, program, options):
         sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
                          "no client could read it.\n")
         return 1
-    path = place_path(record.hook_files[-1][0], record.hook_files[-1][1], os.environ, None)
+    path = place_path(*record.hook_files[-1], environ=os.environ, root=None)
     write_stdout_bytes(data)
     sys.stderr.write("memprove-mcp: merge this into %s: its SessionStart list, beside any hook "
                      "already there.\n" % shown_path(path))

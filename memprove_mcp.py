@@ -137,25 +137,30 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #                      replaced for a while: a refusal is waited out, not
 #                      reported (the C runtime's open gives no winerror, so
 #                      a sharing violation is a plain PermissionError there)
+#   terminates_itself  leaving at once is TerminateProcess, not ExitProcess:
+#                      ExitProcess detaches the DLLs after ending the other
+#                      threads, and waits forever for a lock that a thread
+#                      ended inside a read of standard input held (under Wine
+#                      half of such exits hung until wineserver's SIGKILL)
 PLATFORMS = {
     "linux": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
               "home": "HOME", "versioned_python": "python{0}",
               "posix_files": True, "drive_letters": False, "system_path": None,
               "socket_tables": ("/proc/net/tcp", "/proc/net/tcp6"), "share_modes": False,
               "file_lock": "flock", "opener": None, "hook_shell": "sh",
-              "separator": "/"},
+              "separator": "/", "terminates_itself": False},
     "darwin": {"config_base": "xdg", "interpreter_first": False, "shell": "sh",
                "home": "HOME", "versioned_python": "python{0}",
                "posix_files": True, "drive_letters": False,
                "system_path": "/usr/bin:/bin:/usr/sbin:/sbin", "socket_tables": None,
                "share_modes": False, "file_lock": "flock", "opener": "open",
-               "hook_shell": "sh", "separator": "/"},
+               "hook_shell": "sh", "separator": "/", "terminates_itself": False},
     "win32": {"config_base": "appdata", "interpreter_first": True, "shell": "powershell",
               "home": "USERPROFILE", "versioned_python": "py -{0}",
               "posix_files": False, "drive_letters": True, "system_path": None,
               "socket_tables": None, "share_modes": True, "file_lock": "msvcrt",
               "opener": "Invoke-Item -LiteralPath", "hook_shell": None,
-              "separator": "\\"},
+              "separator": "\\", "terminates_itself": True},
 }
 
 
@@ -165,6 +170,16 @@ def platform_name(name=sys.platform):
 
 
 PLATFORM = platform_name()
+
+
+def leave_at_once():
+    """Exit 0 now, whatever other threads are doing (a read of standard input,
+    a daemon exchange): what had to be said was written and flushed."""
+    if PLATFORMS[PLATFORM]["terminates_itself"]:
+        import _winapi
+        _winapi.TerminateProcess(_winapi.GetCurrentProcess(), 0)
+    os._exit(0)
+
 
 INSTRUCTIONS = (
     "memprove keeps each Task's working memory in a hash-chained ledger: call "
@@ -438,7 +453,7 @@ def serve(options):
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(0)
+    leave_at_once()
 
 
 TERMINAL_NOTICE = (
@@ -468,7 +483,7 @@ def install_signal_handlers():
     wanted = [getattr(signal, name) for name in ("SIGTERM", "SIGINT") if hasattr(signal, name)]
 
     def leave(signum, frame):
-        os._exit(0)
+        leave_at_once()
 
     for signum in wanted:
         signal.signal(signum, leave)     # also undoes an inherited SIG_IGN
@@ -477,7 +492,7 @@ def install_signal_handlers():
 
         def wait_for_signal():
             signal.sigwait(wanted)
-            os._exit(0)
+            leave_at_once()
 
         _thread.start_new_thread(wait_for_signal, ())
 
@@ -692,7 +707,7 @@ class Transport:
                 write_all(self.out, data)
             except (TypeError, ValueError, OSError):
                 # The client closed our standard output: nobody is listening.
-                os._exit(0)
+                leave_at_once()
 
     def reply(self, request_id, result):
         self.write({"jsonrpc": "2.0", "id": request_id, "result": result})
@@ -6023,7 +6038,7 @@ def session_start_hook(options):
             said["log"] = "standard output closed"
     log_hook(said, started)
     # Leave at once: a read of standard input or a daemon exchange may still be waiting.
-    os._exit(0)
+    leave_at_once()
 
 
 def hook_outcome(options, started, outcome):

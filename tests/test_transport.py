@@ -13,6 +13,8 @@ lifecycle (issue 5, item 6), what no input may do to it (contract.md §6 rules 4
   not a byte on standard error but log lines.
 - Standard output closed by the client: a quiet exit 0; standard error closed: serving
   goes on.
+- Leaving at once under Windows Python with a read of standard input still waiting: exit 0,
+  ten times in a row (contract.md §5).
 
 - A flood of large calls with every worker busy keeps memory bounded, and a non-blocking
   standard output loses no answer (contract.md §6 rules 4 and 5); a duplicate id in flight is
@@ -38,7 +40,7 @@ import pytest
 from hardening_support import (LedgerView, MALLOC_PLAIN, SOAK_CALLS, call_tool, daemon_ops,
                                needs_proc, outcome_of, peak_kib, proc_stats, report, wrapper)
 from harness import (EXPECTED_TOOLS, SAFETY_TIMEOUT, check_stdout_line, initialize_params,
-                     modern_params, parse_log)
+                     modern_params, parse_log, server_path)
 import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 
 PROMPT_EXIT = 5.0          # seconds within which a signalled server must be gone
@@ -395,6 +397,56 @@ def test_stdout_closed_by_the_client_is_a_quiet_exit(pyz, make_env, config, daem
     for line in errors:
         parse_log(line)                                      # log lines only, no traceback
     assert config.token not in "\n".join(errors)
+
+
+# What the server and the hook do when they leave at once (memprove_mcp.leave_at_once), in a
+# process of the server's Python: a thread still inside a read of standard input that will
+# never return, after a socket exchange with another process.  Under Windows Python (Wine, 3.8
+# and 3.13) leaving by ExitProcess hung in about half such runs until wineserver's SIGKILL (exit 137): the
+# hook run by a client that holds its pipe open, or a server whose client closed standard output.
+LEAVE_WITH_A_READ_WAITING = """\
+import _thread, socket, sys
+sys.path.insert(0, sys.argv[1])
+import memprove_mcp
+_thread.start_new_thread(sys.stdin.buffer.read1, (1,))
+exchanged = _thread.allocate_lock()
+exchanged.acquire()
+
+def exchange():
+    conn = socket.create_connection(("127.0.0.1", int(sys.argv[2])))
+    conn.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+    conn.recv(64)
+    conn.close()
+    exchanged.release()
+
+_thread.start_new_thread(exchange, ())
+exchanged.acquire()
+sys.stdout.buffer.write(b"said\\n")
+sys.stdout.flush()
+memprove_mcp.leave_at_once()
+"""
+
+
+def test_leaving_at_once_with_a_read_of_stdin_waiting_exits_0(windows_python, pyz, make_env,
+                                                               daemon, workspace):
+    """Ten times, as one run in two hung (POSIX has no such exit: os._exit ends every thread)."""
+    port = daemon.url.rsplit(":", 1)[1]
+    for _ in range(10):
+        process = subprocess.Popen(
+            [windows_python, "-c", LEAVE_WITH_A_READ_WAITING, server_path(pyz, windows_python), port],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=make_env(), cwd=str(workspace))
+        try:
+            process.wait(timeout=SAFETY_TIMEOUT)      # its standard input still open (a few bytes out)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            process.stdin.close()
+        said = (process.returncode, process.stdout.read(), process.stderr.read())
+        process.stdout.close()
+        process.stderr.close()
+        assert said == (0, b"said\n", b"")
 
 
 def test_stderr_closed_by_the_client_keeps_serving(pyz, make_env, workspace):

@@ -139,7 +139,7 @@ LOG_FIELD = 64                       # characters of a client-chosen log field
 #                      a sharing violation is a plain PermissionError there)
 #   terminates_itself  leaving at once is TerminateProcess, not ExitProcess:
 #                      ExitProcess detaches the DLLs after ending the other
-#                      threads, and waits forever for a lock that a thread
+#                      threads, and can wait forever for a lock a thread
 #                      ended inside a read of standard input held (under Wine
 #                      half of such exits hung until wineserver's SIGKILL)
 PLATFORMS = {

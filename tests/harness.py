@@ -1100,6 +1100,27 @@ def run_cli(python, pyz, args, env, cwd, stdin=b"", user=None, timeout=SAFETY_TI
                           timeout=timeout, **(user.popen_kwargs() if user is not None else {}))
 
 
+def run_with_stdin_held_open(argv, env, cwd, folder, timeout=SAFETY_TIMEOUT):
+    """Run argv with a standard input that stays open and never gets a byte, as a client
+    that holds its pipe; its output goes to files in `folder` (any size, no pipe to fill).
+    A CompletedProcess (bytes) once it ends by itself; AssertionError, the process killed,
+    while it still runs after `timeout` seconds."""
+    out_path, err_path = Path(str(folder)) / "held.out", Path(str(folder)) / "held.err"
+    with open(str(out_path), "wb") as out, open(str(err_path), "wb") as err:
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                   env=env, cwd=str(cwd))
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise AssertionError("%s waited for its input to end (killed after %g s)"
+                                 % (" ".join(map(str, argv[:4])), timeout))
+        finally:
+            process.stdin.close()
+    return subprocess.CompletedProcess(argv, code, out_path.read_bytes(), err_path.read_bytes())
+
+
 # ---------------------------------------------------------------------------
 # The module's own functions, called directly (the unit tests)
 # ---------------------------------------------------------------------------

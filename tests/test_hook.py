@@ -34,8 +34,8 @@ import threading
 import pytest
 
 from harness import (INSTALLED, SAFETY_TIMEOUT, codex_trusts_the_hook, default_server_python,
-                     gemini_rules, run_cli, server_path, snapshot, stderr_line_ending,
-                     tool_value)
+                     gemini_rules, run_cli, run_with_stdin_held_open, server_path, snapshot,
+                     stderr_line_ending, tool_value)
 from hardening_support import FakeDaemon, RawDaemon
 
 HOOK = ("mcp", "hook", "session-start")
@@ -388,25 +388,9 @@ def test_input_never_closed_the_hook_still_ends(world, tmp_path):
     world.begin()
     oracle = world.oracle("claude-code")
 
-    def held_open():
-        out_path, err_path = tmp_path / "hook.out", tmp_path / "hook.err"
-        with open(str(out_path), "wb") as out, open(str(err_path), "wb") as err:
-            process = subprocess.Popen(
-                [default_server_python(), str(world.pyz)] + list(HOOK) + ["--client", "claude-code"],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, env=world.env(),
-                cwd=str(world.workspace))
-            try:
-                code = process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                raise AssertionError("the hook waited for its input to end (killed after 10 s)")
-            finally:
-                process.stdin.close()
-        return subprocess.CompletedProcess(process.args, code, out_path.read_bytes(),
-                                           err_path.read_bytes())
-
-    hook_against_pack(oracle, held_open)
+    hook_against_pack(oracle, lambda: run_with_stdin_held_open(
+        [default_server_python(), str(world.pyz)] + list(HOOK) + ["--client", "claude-code"],
+        world.env(), world.workspace, tmp_path, timeout=10))
     oracle.close()
 
 

@@ -40,7 +40,7 @@ import pytest
 from hardening_support import (LedgerView, MALLOC_PLAIN, SOAK_CALLS, call_tool, daemon_ops,
                                needs_proc, outcome_of, peak_kib, proc_stats, report, wrapper)
 from harness import (EXPECTED_TOOLS, SAFETY_TIMEOUT, check_stdout_line, initialize_params,
-                     modern_params, parse_log, server_path)
+                     modern_params, parse_log, run_with_stdin_held_open, server_path)
 import ledgerd  # noqa: E402  (tests/ is on sys.path through conftest)
 
 PROMPT_EXIT = 5.0          # seconds within which a signalled server must be gone
@@ -428,25 +428,13 @@ memprove_mcp.leave_at_once()
 
 
 def test_leaving_at_once_with_a_read_of_stdin_waiting_exits_0(windows_python, pyz, make_env,
-                                                               daemon, workspace):
+                                                               daemon, workspace, tmp_path):
     """Ten times, as one run in two hung (POSIX has no such exit: os._exit ends every thread)."""
-    port = daemon.url.rsplit(":", 1)[1]
+    argv = [windows_python, "-c", LEAVE_WITH_A_READ_WAITING, server_path(pyz, windows_python),
+            daemon.url.rsplit(":", 1)[1]]
     for _ in range(10):
-        process = subprocess.Popen(
-            [windows_python, "-c", LEAVE_WITH_A_READ_WAITING, server_path(pyz, windows_python), port],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=make_env(), cwd=str(workspace))
-        try:
-            process.wait(timeout=SAFETY_TIMEOUT)      # its standard input still open (a few bytes out)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            process.stdin.close()
-        said = (process.returncode, process.stdout.read(), process.stderr.read())
-        process.stdout.close()
-        process.stderr.close()
-        assert said == (0, b"said\n", b"")
+        done = run_with_stdin_held_open(argv, make_env(), workspace, tmp_path)
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"said\n", b"")
 
 
 def test_stderr_closed_by_the_client_keeps_serving(pyz, make_env, workspace):

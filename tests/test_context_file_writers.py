@@ -537,7 +537,7 @@ def test_two_servers_and_a_long_lock_holder_lose_no_update(win, win_server, daem
     servers = [win_server(), win_server()]
     for server in servers:
         server.initialize()
-    ok_value(servers[0].call("begin", {"new_task": "Shared"}))
+    shared = ok_value(servers[0].call("begin", {"new_task": "Shared"}))["task"]["number"]
     context, lock = memprove_paths(workspace)
     tally = Helper(win, tmp_path, "tally", TALLY, win.path(context), win.path(lock), TALLY_COUNT,
                    LOCK_HELD_SECONDS)
@@ -549,7 +549,9 @@ def test_two_servers_and_a_long_lock_holder_lose_no_update(win, win_server, daem
         server = servers[index]
         try:
             while not finished.is_set():
-                begun = ok_value(server.call("begin", {"new_task": "Server %d" % index}))
+                # One Task for both: `end {session}` takes a Session of the context's Task,
+                # and a new Task per server would move the context between begin and end.
+                begun = ok_value(server.call("begin", {"task": shared}))
                 ok_value(server.call("end", {"session": begun["session"]["number"]}))
                 done_calls[index] += 2
         except BaseException as error:      # noqa: B902 -- reported below

@@ -673,12 +673,13 @@ class Transport:
         self.finish()
 
     def finish(self):
-        """End of input: let every call in flight answer, then return."""
+        """End of input: let every call in flight answer, then return.
+
+        The workers are left waiting for work, not ended: a thread still on its
+        way out when the process leaves (Python's join returns before the thread
+        is gone) can crash the process under Wine, which kills it mid-exit."""
         if self.queue is not None:
-            for _ in self.workers:
-                self.queue.put(None)
-            for worker in self.workers:
-                worker.join()
+            self.queue.join()
 
     def handle_line(self, line, started):
         try:
@@ -758,20 +759,24 @@ class Transport:
     def work(self):
         while True:
             job = self.queue.get()
-            if job is None:
-                return
-            if not job["cancelled"]:
-                outcome = run_tool_call(self, job)
-            with self.flight_lock:
-                self.in_flight.pop(request_key(job["id"]), None)
-                cancelled = job["cancelled"]
-            # The log line goes first: a client may stop us as soon as it has its answer.
-            if cancelled:
-                self.log(job["era"], job["method"], job["id"], job["tool"], "cancelled", job["started"])
-            else:
-                self.log(job["era"], job["method"], job["id"], job["tool"], outcome["code"],
-                         job["started"], outcome.get("warning"))
-                self.reply(job["id"], outcome["result"])
+            try:
+                self.answer(job)
+            finally:
+                self.queue.task_done()
+
+    def answer(self, job):
+        if not job["cancelled"]:
+            outcome = run_tool_call(self, job)
+        with self.flight_lock:
+            self.in_flight.pop(request_key(job["id"]), None)
+            cancelled = job["cancelled"]
+        # The log line goes first: a client may stop us as soon as it has its answer.
+        if cancelled:
+            self.log(job["era"], job["method"], job["id"], job["tool"], "cancelled", job["started"])
+        else:
+            self.log(job["era"], job["method"], job["id"], job["tool"], outcome["code"],
+                     job["started"], outcome.get("warning"))
+            self.reply(job["id"], outcome["result"])
 
     def cancel(self, request_id):
         with self.flight_lock:
@@ -6089,15 +6094,18 @@ def hook_input(deadline):
 
 def finished_by(deadline, action):
     """Run `action()` in a thread of its own; whether it returned by `deadline`
-    (time.monotonic()).  A thread still running is left to the exit."""
-    done = _thread.allocate_lock()
+    (time.monotonic()).  The thread, running or done, is left to the exit:
+    done, it waits rather than ends (see Transport.finish)."""
+    done, never = _thread.allocate_lock(), _thread.allocate_lock()
     done.acquire()
+    never.acquire()
 
     def run():
         try:
             action()
         finally:
             done.release()
+            never.acquire()
 
     _thread.start_new_thread(run, ())
     return done.acquire(True, max(0.0, deadline - time.monotonic()))

@@ -477,7 +477,8 @@ def test_every_worker_used_then_end_of_input_exits_0(win_server, daemon):
     """Under each Windows Python, twenty times: eight calls at once, end of input, exit 0 and
     log lines only.  With the workers ended before leaving, 6 of 6,000 such runs (four calls) and
     2 of 1,600 (eight) died of SIGSEGV, and CI once saw an ld.so assertion on standard error;
-    with them left waiting, 0 of 6,000 (/tmp stress loop, closing note of issue 34)."""
+    with them left waiting, 0 of 6,000 (a loop of servers; the message of the commit that left
+    them waiting has the figures)."""
     for _ in range(20):
         server = win_server()
         server.initialize()

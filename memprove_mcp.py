@@ -6096,15 +6096,16 @@ def finished_by(deadline, action):
     """Run `action()` in a thread of its own; whether it returned by `deadline`
     (time.monotonic()).  The thread, running or done, is left to the exit:
     done, it waits rather than ends (see Transport.finish)."""
-    done, never = _thread.allocate_lock(), _thread.allocate_lock()
+    done = _thread.allocate_lock()
     done.acquire()
-    never.acquire()
 
     def run():
         try:
             action()
         finally:
             done.release()
+            never = _thread.allocate_lock()
+            never.acquire()
             never.acquire()
 
     _thread.start_new_thread(run, ())

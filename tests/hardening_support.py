@@ -104,8 +104,13 @@ else:
     # case.
     NO_SHRINK = dict(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
-# Line breaks and controls a text from a repository may hold (contract.md §6 rules 20 and 23).
-LINE_BREAKERS = "\n\r\t\x0b\x0c\x1b\x7f\x85\x9b\u2028\u2029"
+# Characters that hide or reorder text (contract.md §6 rule 33): a tag character, a variation
+# selector of the supplementary plane (str.isprintable() passes it), a bidi override and
+# isolate, zero-width space, byte order mark, interlinear annotation anchor.
+HIDING = "\U000e0041\U000e0100\u202e\u2066\u200b\ufeff\ufff9"
+# Line breaks and controls a text from a repository may hold (contract.md §6 rules 20 and 23),
+# and the characters that hide text, which doctor and the tools show as they show a control.
+LINE_BREAKERS = "\n\r\t\x0b\x0c\x1b\x7f\x85\x9b\u2028\u2029" + HIDING
 
 
 # ---------------------------------------------------------------------------

@@ -1498,11 +1498,70 @@ def memprove_run(url, token, workspace_root, session_id, command, exit_code, sta
     line = dict((name, run[name]) for name in (
         "label", "id", "task_id", "session_id", "command", "exit_code", "passed", "started_at",
         "finished_at"))
-    directory = Path(workspace_root) / ".memprove"
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(str(directory / "runs.jsonl"), "a", encoding="utf-8") as file:
-        file.write(to_json(line) + "\n")
+    try:
+        append_run_line(Path(workspace_root), to_json(line) + "\n")
+    except OSError as error:
+        raise RunLineRefused(run, error)
     return run
+
+
+class RunLineRefused(OSError):
+    """The daemon recorded the Run, but its line was not written to runs.jsonl."""
+
+    def __init__(self, run, error):
+        OSError.__init__(self, str(error))
+        self.run = run
+
+
+def append_run_line(root, text):
+    """Append `text` to root/.memprove/runs.jsonl as the server writes its own files there
+    (contract.md §6 rules 6 and 35): `.memprove` a folder of the user's that is no link, and
+    runs.jsonl a regular file reached without a link, opened without blocking; OSError
+    saying why otherwise (a repository's `runs.jsonl` link once made this append to
+    ~/.gitconfig)."""
+    import stat
+    directory = root / ".memprove"
+    directory.mkdir(parents=True, exist_ok=True)
+    status = os.lstat(str(directory))
+    if not stat.S_ISDIR(status.st_mode):
+        raise OSError("%s is a link or not a folder, so runs.jsonl is not written" % directory)
+    if hasattr(os, "geteuid") and status.st_uid != os.geteuid():
+        raise OSError("%s belongs to another user, so runs.jsonl is not written" % directory)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | \
+        getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    if os.open in os.supports_dir_fd:
+        folder = os.open(str(directory), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) |
+                         getattr(os, "O_NOFOLLOW", 0))
+        try:
+            descriptor = _open_run_file(lambda: os.open("runs.jsonl", flags, 0o666, dir_fd=folder),
+                                        directory)
+        finally:
+            os.close(folder)
+    else:                                            # Windows: no dir_fd, no O_NOFOLLOW
+        path = str(directory / "runs.jsonl")
+        if os.path.islink(path):
+            raise OSError("%s is a link, so it is not written" % path)
+        descriptor = _open_run_file(lambda: os.open(path, flags, 0o666), directory)
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+            # A hard link would make the append land in another file of the user's.
+            raise OSError("%s is not a regular file with one name, so it is not written"
+                          % (directory / "runs.jsonl"))
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(descriptor, data):]
+    finally:
+        os.close(descriptor)
+
+
+def _open_run_file(opening, directory):
+    try:
+        return opening()
+    except OSError as error:
+        # ELOOP (a link), ENXIO (a FIFO nobody reads): say which file and why.
+        raise OSError("%s cannot be appended to (%s: a link, or not a regular file)"
+                      % (directory / "runs.jsonl", error.strerror or "error"))
 
 
 # ---------------------------------------------------------------------------
@@ -1689,6 +1748,12 @@ def run_main(argv):
     try:
         run = memprove_run(url, token, root, session_id, _command_text(command), status,
                            started_at=started_at, finished_at=utc_now())
+    except RunLineRefused as refused:
+        # The daemon has the Run, but no tool can cite a label runs.jsonl does not hold.
+        print("ledgerd.py run: %s %s (exit %d) was recorded by the daemon, but not written to "
+              "runs.jsonl: %s" % (refused.run["label"], "passed" if refused.run["passed"]
+                                  else "failed", status, refused), file=sys.stderr)
+        return RUN_NOT_RECORDED
     except (LedgerdError, OSError) as error:
         print("ledgerd.py run: the run was not recorded: %s" % error, file=sys.stderr)
         return RUN_NOT_RECORDED

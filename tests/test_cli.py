@@ -3,6 +3,7 @@
 module costs.  print-config has its own file, test_print_config.py."""
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -207,3 +208,65 @@ def test_mcp_log_is_not_created_by_a_normal_run(pyz, newest_python, start_server
         run_cli(newest_python, pyz, args, env, workspace)
     assert not log.exists()
     assert list((tmp_path / "logs").iterdir()) == []
+
+
+# -- §6 rule 35: MEMPROVE_MCP_LOG only as a regular file reached without a link ----------
+
+def log_not_written(kind, tmp_path, workspace):
+    """(MEMPROVE_MCP_LOG's value, a check that nothing was written through it) for `kind`:
+    a relative path (it would land in the project), a FIFO nobody reads, a link or a hard
+    link to another file of the user's."""
+    if kind == "relative":
+        return "mcp.log", lambda: not (workspace / "mcp.log").exists()
+    if kind == "fifo":
+        fifo = tmp_path / "mcp.fifo"
+        os.mkfifo(str(fifo))
+
+        def nothing_in_it():
+            reader = os.open(str(fifo), os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                return os.read(reader, 4096) == b""
+            finally:
+                os.close(reader)
+        return str(fifo), nothing_in_it
+    precious = tmp_path / "gitconfig"
+    precious.write_bytes(b"[user]\n\tname = Ana\n")
+    link = workspace / "mcp.log"
+    if kind == "hard link":
+        os.link(str(precious), str(link))
+        return str(link), lambda: (precious.read_bytes() == b"[user]\n\tname = Ana\n" and
+                                   os.stat(str(link)).st_ino == os.stat(str(precious)).st_ino)
+    os.symlink(str(precious), str(link))
+    return str(link), lambda: (precious.read_bytes() == b"[user]\n\tname = Ana\n" and
+                               os.readlink(str(link)) == str(precious))
+
+
+@pytest.mark.parametrize("kind", ["relative", "fifo", "link", "hard link"])
+def test_rule35_a_log_no_command_may_write_gets_nothing_and_holds_none_up(
+        pyz, newest_python, start_server, make_env, workspace, tmp_path, kind):
+    """MEMPROVE_MCP_LOG relative, a FIFO, a link or a hard link: the server, the hook,
+    print-config and doctor each run as usual from the project, end by themselves (the
+    safety bound is generous), and nothing is written through it; doctor's `environment`
+    check warns that nothing is logged.  (Before: the hook, whose one line per run is the
+    log's most frequent, made mcp.log in the project, appended through the link or the hard
+    link, and waited for ever on the FIFO; doctor took a hard link for a log it could use.)"""
+    value, nothing_written = log_not_written(kind, tmp_path, workspace)
+    server = start_server(env={"MEMPROVE_MCP_LOG": value})
+    server.request("initialize", initialize_params())
+    server.request("tools/call", {"name": "context", "arguments": {}})
+    server.request("tools/call", {"name": "tasks", "arguments": {}})   # token_missing
+    assert server.close() == 0
+    env = make_env({"MEMPROVE_MCP_LOG": value})
+    hook = run_cli(newest_python, pyz, ["mcp", "hook", "session-start"], env, workspace)
+    assert (hook.returncode, hook.stdout, hook.stderr) == (0, b"", b"")
+    for args in (["mcp", "print-config"], ["mcp", "doctor", "--json"]):
+        done = run_cli(newest_python, pyz, args, env, workspace)
+        assert done.returncode in (0, 1), (args, done.returncode, done.stderr)
+    # doctor's `environment` check says so: nothing is logged.
+    checks = dict((check["name"], check) for check in json.loads(done.stdout)["checks"])
+    check = checks.get("environment")
+    assert check and check["status"] == "warn", checks
+    assert ("a relative path" if kind == "relative" else
+            "which is not a regular file of yours with one name") in check["detail"], check
+    assert "so nothing is logged" in check["detail"], check
+    assert nothing_written()

@@ -8,6 +8,9 @@ real pipes, real files, the reference daemon over real HTTP and real other uids.
   directory the user's or root's (or both one service account's in a folder no one else can
   write), with no link another user made on the way; the controls (the user's own daemon,
   link, a service account's) still work.
+- Rule 31: nor to a data directory that a data-dir someone else could write names (a team's
+  configuration directory, a folder above it anyone can write, another user's link on the
+  way): the hook, the tools and doctor send nothing; the user's own folder under /tmp works.
 """
 
 import json
@@ -22,7 +25,7 @@ import pytest
 
 from hardening_support import (UserDaemon, UserListener, call_tool, doctor_as, victims_daemon,
                                victims_project, victims_token)
-from harness import SAFETY_TIMEOUT
+from harness import SAFETY_TIMEOUT, clean_env, run_cli
 import memprove_mcp as mp
 
 
@@ -434,3 +437,196 @@ def test_rule19_the_users_own_daemon_in_a_private_folder_still_works(hserve, con
     server.initialize()
     assert call_tool(server, "tasks")[0] == "ok"
     assert server.close() == 0
+
+
+# =============================================================================
+# Rule 31: the token goes only where a data-dir the user can trust names
+# =============================================================================
+
+CONFIG_DIR_MODE = "The configuration directory can be written by group or others (mode %s)."
+
+
+DATA_DIR_MISSING = ("data_dir_missing: No data directory is configured in MEMPROVE_DATA_DIR or "
+                    "the configuration directory. ")
+
+
+TOKEN_MISSING = ("token_missing: No token was found in MEMPROVE_TOKEN, MEMPROVE_TOKEN_FILE or "
+                 "the configuration directory. ")
+
+
+def write_as(user, path, text, mode=0o644):
+    """`text` in `path`, the file `user`'s (None: root's), as that user would have made it."""
+    path.write_text(text)
+    os.chmod(str(path), mode)
+    if user is not None:
+        user.own(path)
+    return path
+
+
+def team_folder_anyone_can_write(users, others_home):
+    """A team folder (root's, 0777) used as the configuration directory: another user
+    wrote its data-dir, naming their own data directory."""
+    team = users.directory("team", mode=0o777)
+    write_as(users.other, team / "data-dir", str(others_home) + "\n")
+    return team, CONFIG_DIR_MODE % "0777"
+
+
+def team_folder_of_another_users_group(users, others_home):
+    """The victim's folder, 0775, whose group is another user's (a team's group): they
+    wrote its data-dir."""
+    team = users.directory("team", owner=users.victim, mode=0o775)
+    os.chown(str(team), users.victim.uid, users.other.gid)
+    write_as(users.other, team / "data-dir", str(others_home) + "\n")
+    return team, CONFIG_DIR_MODE % "0775"
+
+
+def below_a_folder_anyone_can_write(users, others_home):
+    """The victim's own folder (0700), its data-dir the victim's, in a team folder anyone
+    can write (0777, not sticky), where anyone can put a folder of the same name in its
+    place: what it says is what another user could have chosen."""
+    team = users.directory("team", mode=0o777)
+    config = users.directory("team/memprove", owner=users.victim, mode=0o700)
+    write_as(users.victim, config / "data-dir", str(others_home) + "\n", 0o600)
+    return config, ("The folder %s above the configuration directory can be written by group "
+                    "or others (mode 0777)." % team)
+
+
+def another_users_link_on_the_way(users, others_home):
+    """In a shared sticky folder (like /tmp), another user made `memprove` a link to a
+    configuration directory of their own, in their home, whose data-dir names their data
+    directory: judged on the resolved path alone, all of it one service account's."""
+    other = users.other
+    theirs = others_home.parent / "config"
+    theirs.mkdir(mode=0o755)
+    os.chmod(str(theirs), 0o755)
+    write_as(other, theirs / "data-dir", str(others_home) + "\n")
+    other.own(theirs)
+    shared = users.directory("shared", mode=0o1777)
+    link = shared / "memprove"
+    os.symlink(str(theirs), str(link))
+    os.lchown(str(link), other.uid, other.gid)
+    return link, ("The link %s on the way to the configuration directory belongs to another "
+                  "user (uid %d)." % (link, other.uid))
+
+
+ATTACKS = {"a team folder anyone can write (0777)": team_folder_anyone_can_write,
+           "a team folder of another user's group (0775)": team_folder_of_another_users_group,
+           "a folder above anyone can write (0777)": below_a_folder_anyone_can_write,
+           "another user's link on the way": another_users_link_on_the_way}
+
+
+def with_a_task(users, project):
+    """The victim's context naming a Task, so that the hook asks the daemon for its
+    Capsule (and sends the token with that request)."""
+    write_as(users.victim, project / ".memprove" / "context.json", json.dumps({
+        "version": 1, "workspace": {"id": "w", "root": str(project)},
+        "task": {"id": "0b5e0c1e-7d4f-4a55-9c1e-2f9a4a3e6b01", "number": 1, "title": "T"},
+        "session": None}), 0o600)
+
+
+def hook_as(users, user, env, project):
+    """`mcp hook session-start` run by `user` to its end (the harness's safety timeout)."""
+    return run_cli(users.python, users.pyz, ["mcp", "hook", "session-start"],
+                   clean_env(user.home, env), project, user=user)
+
+
+# (the attack, where the victim keeps the token): in a team folder, the token file too.
+ATTACKS_AND_TOKENS = [(attack, "MEMPROVE_TOKEN_FILE") for attack in sorted(ATTACKS)] + \
+    [(attack, "the team folder") for attack in ("a team folder anyone can write (0777)",
+                                                "a team folder of another user's group (0775)")]
+
+
+@pytest.mark.parametrize("attack, token_in", ATTACKS_AND_TOKENS)
+def test_rule31_a_data_dir_another_user_could_write_gets_no_token(local_users, start_server,
+                                                                 planted, others_home, attack,
+                                                                 token_in):
+    """The attack: the configuration directory is a team's folder (or lies in one, or is
+    reached through another user's link); another user wrote its data-dir naming a data
+    directory of their own, with their daemon.json naming a port they listen on (rule 19's
+    service-account exception believed that).  The hook, every tool call and doctor send
+    them nothing (no connection at all); the call answers `data_dir_missing`, or
+    `token_missing` for a token kept in that folder, with the sentence saying why; `context`
+    warns "data-dir not trusted"; doctor fails `config_dir_unsafe`.  (Before: the token in
+    the listener's Authorization header, from the hook, the call and doctor.)"""
+    users = local_users
+    victim, other = users.victim, users.other
+    _, token, env = victims_token(users, planted)
+    project = victims_project(users)
+    with_a_task(users, project)
+    listener = UserListener(users, other)
+    plant_daemon_json(others_home, listener.url, other, 0o644)
+    config, hint = ATTACKS[attack](users, others_home)
+    env = dict(env, MEMPROVE_CONFIG_DIR=str(config), MEMPROVE_DATA_DIR=None)
+    expected = ("data_dir_missing", DATA_DIR_MISSING + hint)
+    if token_in != "MEMPROVE_TOKEN_FILE":
+        write_as(victim, config / "token", token + "\n", 0o600)
+        env["MEMPROVE_TOKEN_FILE"] = None
+        expected = ("token_missing", TOKEN_MISSING + hint)
+    try:
+        hook = hook_as(users, victim, dict(env, MEMPROVE_MCP_LOG=None), project)
+    except BaseException:
+        listener.stop()
+        raise
+    server, tasks, context, (status, checks, output), received = the_victims_calls(
+        start_server, users, env, project, listener)
+    # Counted, never shown (not even by pytest's report of the assertion): the bytes carry
+    # the token.
+    connections, with_the_token = len(received), sum(token.encode() in data for data in received)
+    del received
+    assert connections == 0, "the listener was connected to %d times (the token in %d)" % (
+        connections, with_the_token)
+    assert (hook.returncode, hook.stdout, hook.stderr) == (0, b"", b""), hook
+    assert tasks == expected, tasks
+    assert context[0] == "ok", context
+    report = context[1]["config"]
+    assert (report["data_dir"], report["daemon_url"]) == (None, None), report
+    assert "data-dir not trusted" in report["warnings"], report
+    unsafe = checks["config_dir"]
+    assert (status, unsafe["status"], unsafe["code"]) == (1, "fail", "config_dir_unsafe"), unsafe
+    assert unsafe["detail"].endswith(hint[0].lower() + hint[1:]), unsafe
+    assert (checks["data_dir"]["code"], checks["daemon"]["status"]) == \
+        ("data_dir_missing", "skip"), checks
+    assert server.close() == 0
+    assert token.encode() not in output
+
+
+def own_folder_under_tmp(users, folder):
+    return folder
+
+
+def own_link_to_it(users, folder):
+    mine = users.directory("mine", owner=users.victim, mode=0o700)
+    link = mine / "memprove"
+    os.symlink(str(folder), str(link))
+    os.lchown(str(link), users.victim.uid, users.victim.gid)
+    return link
+
+
+@pytest.mark.parametrize("reached_by", [own_folder_under_tmp, own_link_to_it],
+                         ids=["its own folder under /tmp", "its own link to it"])
+def test_rule31_the_users_own_config_dir_under_tmp_still_works(local_users, start_server, planted,
+                                                              reached_by):
+    """The control: the victim's own configuration directory (0700) under /tmp (root's
+    sticky folder above it passes), its token and data-dir the victim's, naming the data
+    directory where the victim's daemon runs, reached directly or through the victim's own
+    link: believed, the call answered, doctor's checks ok."""
+    users = local_users
+    victim = users.victim
+    data, token, env = victims_token(users, planted)
+    UserDaemon(users, victim, data, token)
+    folder = users.directory("victim-config", owner=victim, mode=0o700)
+    write_as(victim, folder / "token", token + "\n", 0o600)
+    write_as(victim, folder / "data-dir", str(data) + "\n", 0o600)
+    env = dict(env, MEMPROVE_CONFIG_DIR=str(reached_by(users, folder)), MEMPROVE_DATA_DIR=None,
+               MEMPROVE_TOKEN_FILE=None)
+    project = victims_project(users)
+    server = start_server(python=users.python, program=users.pyz, env=env, cwd=project,
+                          user=victim)
+    server.initialize()
+    code, value = call_tool(server, "tasks")
+    assert code == "ok" and value["tasks"] == [], value
+    assert server.close() == 0
+    status, checks, output = doctor_as(users, victim, env, project)
+    assert [checks[name]["status"] for name in ("config_dir", "token", "data_dir", "daemon")] == \
+        ["ok"] * 4, checks
+    assert token.encode() not in output

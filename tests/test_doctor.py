@@ -28,9 +28,11 @@ import memprove_mcp as mp  # noqa: E402  (the PowerShell fix templates, given a 
 CHECKS = ("python", "config_dir", "token", "data_dir", "workspace", "daemon", "client", "hook")
 # The clients that run a session-start hook get the eighth check, `hook`; the others seven.
 HOOKLESS = CHECKS[:-1]
+# Shown second, and only when MEMPROVE_MCP_LOG names what nothing is logged to (rule 35).
+ENVIRONMENT = "environment"
 STATUSES = ("ok", "warn", "fail", "skip")
 ORIGINS = ("shipped", "cached", "compiled", "source")
-TEXT_LINE = re.compile(r"(ok|warn|fail|skip) +(%s) +(.+)\Z" % "|".join(CHECKS))
+TEXT_LINE = re.compile(r"(ok|warn|fail|skip) +(%s) +(.+)\Z" % "|".join(CHECKS + (ENVIRONMENT,)))
 FIX_LINE = re.compile(r" +fix: (.+)\Z")
 # A runs.jsonl line of the one shape every tool reads (contract.md §6 rule 27).
 RUN_LINE = ('{"label": "%s", "id": "%s", "exit_code": 0, "command": "pytest", '
@@ -59,6 +61,15 @@ class Outcome:
         return self.checks[name]["status"]
 
 
+def assert_in_order(names):
+    """The checks in doctor.md's order: CHECKS or HOOKLESS, `environment` second if shown."""
+    names = tuple(names)
+    if ENVIRONMENT in names:
+        assert names.index(ENVIRONMENT) == 1, names
+        names = names[:1] + names[2:]
+    assert names in (CHECKS, HOOKLESS), names
+
+
 def parse_text(out):
     """doctor.md's text output: one line per check in order, a `fix:` line under each
     warn and fail and under nothing else."""
@@ -80,7 +91,7 @@ def parse_text(out):
         checks[name] = {"name": name, "status": status, "detail": detail, "fix": fix}
         order.append(name)
         index += 1
-    assert tuple(order) in (CHECKS, HOOKLESS), order
+    assert_in_order(order)
     return checks
 
 
@@ -89,7 +100,7 @@ def parse_json(out):
     report = json.loads(out)
     assert set(report) == {"ok", "checks"}, report
     assert isinstance(report["ok"], bool)
-    assert tuple(check["name"] for check in report["checks"]) in (CHECKS, HOOKLESS)
+    assert_in_order(check["name"] for check in report["checks"])
     for check in report["checks"]:
         assert set(check) == {"name", "status", "code", "detail", "fix"}, check
         assert check["status"] in STATUSES, check
@@ -278,6 +289,86 @@ def test_python_newer_than_tested_warns(doctor_pyz, tmp_path, make_env, base_env
 
 
 # ---------------------------------------------------------------------------
+# environment (contract.md §6 rule 35): shown only when MEMPROVE_MCP_LOG is set and names
+# what the server and the hook will not write (a relative path, a link, a FIFO, a folder)
+# ---------------------------------------------------------------------------
+
+LOG_FIX = "export MEMPROVE_MCP_LOG=/path/to/memprove-mcp.log"
+
+
+def regular_log(tmp_path):
+    path = tmp_path / "memprove-mcp.log"
+    path.write_text("a line already there\n")
+    return path
+
+
+@pytest.mark.parametrize("value", [None, regular_log, lambda tmp_path: tmp_path / "not-yet.log"],
+                         ids=["unset", "a regular file", "an absolute path not made yet"])
+def test_rule35_environment_is_absent_when_the_log_can_be_written(doctor, daemon, tmp_path, value):
+    """The control: nothing to say, no line: MEMPROVE_MCP_LOG unset, or an absolute path
+    (of a regular file, or to be made by the first line written)."""
+    env = {"MEMPROVE_MCP_LOG": value(tmp_path) if value else None}
+    for json_mode in (False, True):
+        outcome = doctor(env=env, json_mode=json_mode)
+        assert ENVIRONMENT not in outcome.checks, outcome.out
+        assert outcome.status("config_dir") == "ok" and outcome.status("daemon") == "ok"
+
+
+def log_fifo(tmp_path):
+    path = tmp_path / "mcp-log-fifo"
+    os.mkfifo(str(path))
+    return path
+
+
+def log_link(tmp_path):
+    path = tmp_path / "mcp-log-link"
+    path.symlink_to(regular_log(tmp_path))
+    return path
+
+
+def log_folder(tmp_path):
+    path = tmp_path / "mcp-log-folder"
+    path.mkdir()
+    return path
+
+
+UNLOGGED = {"a FIFO": log_fifo, "a link to a regular file": log_link, "a folder": log_folder}
+
+
+@pytest.mark.parametrize("kind", sorted(UNLOGGED))
+def test_rule35_environment_warns_for_a_log_that_is_not_a_regular_file(doctor, daemon, tmp_path,
+                                                                       kind):
+    """MEMPROVE_MCP_LOG names a FIFO (no one reading it), a link or a folder: the
+    `environment` check, second, warns that nothing is logged, with the fix naming an
+    absolute file; doctor ends by itself (the harness's safety timeout) and exits 0 (a
+    warn), and the file a link names is left as it was.  (Before: no such check.)"""
+    path = UNLOGGED[kind](tmp_path)
+    for json_mode in (False, True):
+        outcome = doctor(env={"MEMPROVE_MCP_LOG": path}, json_mode=json_mode)
+        check = outcome[ENVIRONMENT]
+        assert check["status"] == "warn", check
+        assert "MEMPROVE_MCP_LOG names %s, which is not a regular file" % path in check["detail"]
+        assert "so nothing is logged" in check["detail"] and check["fix"] == LOG_FIX, check
+        assert list(outcome.checks)[1] == ENVIRONMENT and outcome.code == 0, outcome.out
+    if kind == "a link to a regular file":
+        assert (tmp_path / "memprove-mcp.log").read_text() == "a line already there\n"
+
+
+def test_rule35_environment_warns_for_a_relative_log_path(doctor, daemon, workspace):
+    """A relative MEMPROVE_MCP_LOG would land in whatever project a client starts in: the
+    check warns (exit 0), naming the value, and no file is made in the working directory.
+    (Before: no such check.)"""
+    for json_mode in (False, True):
+        outcome = doctor(env={"MEMPROVE_MCP_LOG": "mcp.log"}, json_mode=json_mode)
+        check = outcome[ENVIRONMENT]
+        assert check["status"] == "warn" and check["fix"] == LOG_FIX, check
+        assert check["detail"].startswith("MEMPROVE_MCP_LOG is mcp.log, a relative path, so "
+                                          "nothing is logged"), check
+        assert list(outcome.checks)[1] == ENVIRONMENT and outcome.code == 0, outcome.out
+    assert not (workspace / "mcp.log").exists()
+
+
+# ---------------------------------------------------------------------------
 # config_dir
 # ---------------------------------------------------------------------------
 
@@ -384,6 +475,91 @@ def test_data_dir_not_a_directory(doctor, config, tmp_path):
     assert outcome["data_dir"]["code"] == "data_dir_missing"
     assert "not a directory" in outcome["data_dir"]["detail"]
     assert outcome.status("daemon") == "skip"
+
+
+# ---------------------------------------------------------------------------
+# config_dir, token and data_dir when the configuration directory is not believed
+# (contract.md §6 rule 31): the token and data-dir in it count as absent
+# ---------------------------------------------------------------------------
+
+def config_dir_others_can_write(config, tmp_path):
+    os.chmod(str(config.dir), 0o777)
+    return config.dir, "the configuration directory can be written by group or others (mode " \
+        "0777).", ("token", "data_dir")
+
+
+def data_dir_file_others_can_write(config, tmp_path):
+    os.chmod(str(config.dir / "data-dir"), 0o666)
+    return config.dir, "the file data-dir in the configuration directory can be written by " \
+        "group or others (mode 0666).", ("data_dir",)
+
+
+def token_file_others_can_write(config, tmp_path):
+    os.chmod(str(config.token_file), 0o666)
+    return config.dir, "the file token in the configuration directory can be written by group " \
+        "or others (mode 0666).", ("token",)
+
+
+def a_folder_above_others_can_write(config, tmp_path):
+    team = tmp_path / "team"
+    team.mkdir()
+    os.chmod(str(team), 0o777)
+    moved = team / "config"
+    os.rename(str(config.dir), str(moved))
+    return moved, "the folder %s above the configuration directory can be written by group or " \
+        "others (mode 0777)." % team, ("token", "data_dir")
+
+
+UNSAFE_CONFIG = {"the configuration directory others can write (0777)": config_dir_others_can_write,
+                 "data-dir others can write (0666)": data_dir_file_others_can_write,
+                 "token others can write (0666)": token_file_others_can_write,
+                 "a folder above others can write (0777)": a_folder_above_others_can_write}
+
+
+@pytest.mark.parametrize("case", sorted(UNSAFE_CONFIG))
+def test_rule31_doctor_fails_a_config_dir_others_can_write(doctor, daemon, config, tmp_path, case):
+    """The configuration directory, a folder above it or its token or data-dir can be
+    written by others: `config_dir` fails `config_dir_unsafe` saying why, its fix a chmod
+    of what is the user's to close (`chmod 700` of the directory, `chmod 600` of a file,
+    `chmod go-w` of a folder above), or else a directory of their own; the token and data_dir checks read that file as
+    absent, saying it is not believed; the daemon is skipped and gets no request; exit 1,
+    in text and in --json.  (Before: `ok` throughout, the token sent where data-dir said.)"""
+    directory, why, unbelieved = UNSAFE_CONFIG[case](config, tmp_path)
+    for json_mode in (False, True):
+        outcome = doctor(env={"MEMPROVE_CONFIG_DIR": directory}, json_mode=json_mode)
+        check = outcome["config_dir"]
+        assert check["status"] == "fail", check
+        assert check["detail"].startswith("%s (from MEMPROVE_CONFIG_DIR) is not believed, so "
+                                          % directory), check
+        assert check["detail"].endswith(": " + why), check
+        if case == "a folder above others can write (0777)":
+            # The folder above is the user's (the tests run as root, its owner): closed to
+            # group and others, not made private, since others may need to pass through it.
+            assert check["fix"] == "chmod go-w %s" % (tmp_path / "team"), check
+        elif case.startswith("the configuration directory"):
+            assert check["fix"] == "chmod 700 %s" % directory, check
+        else:
+            name = "data-dir" if case.startswith("data-dir") else "token"
+            assert check["fix"] == "chmod 600 %s" % (directory / name), check
+        token, data_dir = outcome["token"], outcome["data_dir"]
+        if "token" in unbelieved:
+            assert token["status"] == "fail", token
+            assert token["detail"] == "%s is not believed: %s" % (directory / "token", why), token
+        else:
+            assert token["status"] == "ok", token
+        if "data_dir" in unbelieved:
+            assert data_dir["status"] == "fail", data_dir
+            assert data_dir["detail"] == "%s is not believed: %s" % (directory / "data-dir", why)
+            assert data_dir["fix"] == "see the fix of the config_dir check above", data_dir
+        else:
+            assert data_dir["status"] == "ok", data_dir
+        assert outcome.status("daemon") == "skip" and outcome.code == 1, outcome.out
+        if json_mode:
+            assert check["code"] == "config_dir_unsafe", check
+            assert [outcome[name]["code"] for name in unbelieved] == \
+                [{"token": "token_missing", "data_dir": "data_dir_missing"}[name]
+                 for name in unbelieved], outcome.out
+    assert daemon.ops == [], daemon.ops
 
 
 # ---------------------------------------------------------------------------
@@ -1279,6 +1455,16 @@ def others_can_write(mode):
     return change
 
 
+def another_group_can_write(mode):
+    """`mode` with the group of another uid: a group that is not the user's private one
+    (contract.md §6 rule 36: 0775 of the user's own private group is the user's alone)."""
+    def change(path):
+        needs_root("give a kit's file to another uid's group")
+        os.chown(str(path), -1, OTHER_UID)
+        os.chmod(str(path), mode)
+    return change
+
+
 def another_users(path):
     needs_root("give a kit's file to another uid")
     os.chown(str(path), OTHER_UID, OTHER_UID)
@@ -1286,8 +1472,8 @@ def another_users(path):
 
 # What is changed (0: the kit's folder, 1: its server file, 2: the .pyz), and how.
 KIT_CHANGES = {"its folder others can write": (0, others_can_write(0o777)),
-               "its folder the group can write": (0, others_can_write(0o775)),
-               "its server file the group can write": (1, others_can_write(0o664)),
+               "its folder another group can write": (0, another_group_can_write(0o775)),
+               "its server file another group can write": (1, another_group_can_write(0o664)),
                "its .pyz others can write": (2, others_can_write(0o666)),
                "its .pyz another user's": (2, another_users)}
 
@@ -1306,6 +1492,24 @@ def test_rule25_doctor_fails_a_kit_others_can_change(doctor, installed, client, 
     assert check["status"] == "fail", check
     assert str(paths[which]) in check["detail"] or str(paths[which].parent) in check["detail"], \
         check
+
+
+@pytest.mark.parametrize("client", sorted(INSTALLED))
+def test_rule36_a_kit_folder_of_the_users_private_group_is_no_change_by_others(doctor, installed,
+                                                                            client):
+    """0775 root:root, as root: root's primary group names no other member, so the kit's
+    folder is root's alone and the `client` check is ok (rule 36, as Debian's umask 002
+    makes every folder of a user).  (Before: fail, "can be written by group or others".)"""
+    needs_root("judge root's private group")
+    import grp
+    import pwd
+    if pwd.getpwuid(0).pw_gid != 0 or grp.getgrgid(0).gr_mem not in ([], ["root"]):
+        pytest.skip("root's primary group here is not gid 0 with no other member")
+    folder = installed(client)[0]
+    os.chown(str(folder), 0, 0)
+    os.chmod(str(folder), 0o775)
+    check = kit_check(doctor, client)
+    assert check["status"] == "ok", check
 
 
 # The variables that make the interpreter or the loader run other code (the draft's list,

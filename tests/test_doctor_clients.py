@@ -14,6 +14,7 @@ from collections import Counter
 
 import pytest
 
+import memprove_mcp
 from hardening_support import FUZZ_EXAMPLES, LINE_BREAKERS, NO_SHRINK, hypothesis_or_fail, report
 from harness import clean_env, make_workspace, run_cli
 
@@ -31,9 +32,6 @@ LONG_LINE_FILES = {"codex": ("home", ".codex/config.toml"),
 PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x7e)
 
 
-MAX_TOML = 256 * 1024                    # memprove_mcp.MAX_TOML: what doctor parses whole
-
-
 def still_toml(text):
     """Whether `text` is TOML for a parser (the test's Python has one, tomllib, as doctor
     running under it does), or, with no parser, whether the line scanner reads it."""
@@ -41,7 +39,7 @@ def still_toml(text):
         import tomllib
     except ImportError:
         return True
-    if len(text) > MAX_TOML:             # past it doctor's line scanner reads it
+    if not memprove_mcp.toml_within_limits(text):   # past them doctor's line scanner reads it
         return True
     try:
         tomllib.loads(text)
@@ -104,6 +102,60 @@ def test_client_file_long_line_fuzz(pyz, make_env, home, workspace, config, daem
 
     run()
     report("client_file_long_line_fuzz", runs=dict(tally))
+
+
+# -- what tomllib is given (contract.md §6 rule 34) -----------------------------------------
+
+def dotted(parts):
+    return ".".join(["a"] * parts)
+
+
+def test_rule34_tomllib_is_given_only_a_file_within_its_measured_limits():
+    """tomllib is quadratic in a key's dotted parts and in a header's depth times the
+    statements under it: it reads a file of at most 64 KiB whose lines hold at most 32
+    dots that can be in a key (before the line's last `=`, or on a header line) and the
+    file 4,096; anything else goes to the line scanner.  Dots in values do not count,
+    and lines are split on "\n" alone (tomllib takes U+2028 inside a quoted key part)."""
+    within = memprove_mcp.toml_within_limits
+    codex = ('[mcp_servers.memprove]\ncommand = "/usr/bin/python3"\n'
+             '[hooks.state."memprove@memprove:hooks/hooks.json:session_start:0:0"]\n'
+             'trusted_hash = "sha256:00"\nenv = { NO_PROXY = "%s" }\n'
+             % ",".join("h%d.corp.example.com" % i for i in range(40)))
+    assert within(codex)
+    assert within("[%s]\n" % dotted(33)) and not within("[%s]\n" % dotted(34))
+    assert within("%s = 1\n" % dotted(33)) and not within("%s = 1\n" % dotted(34))
+    assert within('k = "%s"\n' % ("x." * 1000))               # a value's dots
+    lines = "".join("%s = 1\n" % ("k%d." % n + dotted(32)) for n in range(129))   # 32 dots each
+    assert within(lines[:-(len(lines) - lines.rfind("k128"))]) and not within(lines)
+    evasion = ".".join(("a." * 30) + '"\u2028"' for _ in range(250)) + "=1\n"
+    assert not within(evasion)
+    assert not within("# " + "x" * (64 * 1024))
+
+
+def test_rule34_doctor_reads_a_hostile_codex_config_within_its_second(
+        pyz, make_env, home, workspace, config, daemon):
+    """A config.toml within doctor's size limit holding one dotted key of 16,000 parts
+    (32 KiB: 2 to 7 s in tomllib) beside print-config's entry: the line scanner reads it
+    (the long line skipped), doctor finds the entry, `ok`, within MEMPROVE_TIMEOUT plus a
+    second, as every client file (§6 rule 28).  (Before: tomllib read it whole, past the
+    bound.)"""
+    env = make_env({"MEMPROVE_CONFIG_DIR": config.dir, "MEMPROVE_TIMEOUT": "2",
+                    "XDG_CACHE_HOME": home / ".cache"})
+    done = run_cli(sys.executable, pyz, ["mcp", "print-config", "--client", "codex"], env,
+                   workspace)
+    assert done.returncode == 0, done.stderr
+    path = home / ".codex" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for hostile in ("%s = 1\n" % dotted(16000), "[%s]\n%s\n" % (dotted(2000), "k.a = 1\n" * 3000)):
+        path.write_text(done.stdout.decode("utf-8") + hostile, "utf-8")
+        try:
+            checked = run_cli(sys.executable, pyz, ["mcp", "doctor", "--json", "--client",
+                                                    "codex"], env, workspace, timeout=3)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("doctor --client codex took over MEMPROVE_TIMEOUT plus a "
+                                 "second on %r..." % hostile[:40])
+        checks = dict((c["name"], c) for c in json.loads(checked.stdout.decode())["checks"])
+        assert checks["client"]["status"] == "ok", checks["client"]
 
 
 # -- a repository's client entry holding controls, as doctor shows it (§6 rule 23) --------

@@ -286,3 +286,73 @@ def test_doctor_an_entry_holding_the_token_is_fixed_in_powershell(win, plain_pyz
         ("fail", "token_in_client_config"), checks["client"]
     assert print_config_line(win, plain_pyz) in checks["client"]["fix"], checks["client"]["fix"]
     assert_powershell(checks)
+
+
+# -- §6 rule 33: a path hiding text is shown escaped ---------------------------------
+
+# A right-to-left override (a name that reads `...exe.txt` shown as `...txt.exe`) and a
+# tag character (U+E0041, which JSON escapes as the pair \udb40\udc41), in a folder's name.
+HIDING_CHARS = [("\u202e", "\\u202e"), ("\U000e0041", "\\udb40\\udc41")]
+
+
+@pytest.mark.parametrize("char,escaped", HIDING_CHARS, ids=["u202e", "tag"])
+def test_rule33_a_path_hiding_text_is_escaped_in_sh_and_powershell_lines(char, escaped):
+    assert mp.shown_path("/home/ana/gpj" + char + "exe") == '"/home/ana/gpj%sexe"' % escaped
+    assert mp.shown_path("/home/ana/a\u200db\u200ec") == "/home/ana/a\u200db\u200ec"    # kept as is
+    sh = found_for("linux", "/opt/kit" + char + "/memprove_mcp.pyz")
+    assert mp.fix(sh, "mkdir", path="/home/ana/memprove" + char) == \
+        "mkdir -p -m 700 '/home/ana/memprove%s'" % escaped
+    assert mp.fix(sh, "write", path="/c/data-dir", value="/d" + char) == \
+        "echo '/d%s' > /c/data-dir" % escaped
+    assert mp.doctor_command(sh, "mcp", "print-config") == \
+        "python3 '/opt/kit%s/memprove_mcp.pyz' mcp print-config" % escaped
+    ps = found_for("win32", "C:\\kit" + char + "\\memprove_mcp.pyz")
+    assert mp.fix(ps, "mkdir", path="C:\\Users\\ana" + char) == \
+        "New-Item -ItemType Directory -Force -Path 'C:\\\\Users\\\\ana%s'" % escaped
+    assert mp.doctor_command(ps, "mcp", "print-config").endswith(
+        " 'C:\\\\kit%s\\\\memprove_mcp.pyz' mcp print-config" % escaped)
+    for line in (mp.fix(sh, "mkdir", path="/x" + char), mp.fix(ps, "mkdir", path="C:\\x" + char),
+                 mp.doctor_command(sh, "mcp"), mp.doctor_command(ps, "mcp")):
+        assert char not in line and line.isascii(), line
+
+
+def hidden_in(text):
+    return [char for char in text if char in "\u202e" or 0xE0000 <= ord(char) <= 0xE007F]
+
+
+@pytest.mark.parametrize("char,escaped", HIDING_CHARS, ids=["u202e", "tag"])
+def test_rule33_doctor_shows_a_configuration_directory_hiding_text_escaped(pyz, make_env, tmp_path,
+                                                                          char, escaped):
+    """doctor's check line and its `mkdir` fix name the missing configuration directory
+    escaped, in the text output and in `--json`; no hidden character reaches either."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    config_dir = str(tmp_path / ("memprove" + char + "gifnoc"))
+    env = make_env({"MEMPROVE_CONFIG_DIR": config_dir})
+    done = run_cli(sys.executable, pyz, ["mcp", "doctor"], env, project)
+    text = done.stdout.decode("utf-8")
+    checks = parse_text(text)
+    quoted = json.dumps(config_dir)[1:-1]
+    assert hidden_in(text) == [] and escaped in quoted, text
+    assert checks["config_dir"]["status"] == "warn" and quoted in checks["config_dir"]["detail"], text
+    assert checks["config_dir"]["fix"] == "mkdir -p -m 700 '%s'" % quoted, checks["config_dir"]
+    done = run_cli(sys.executable, pyz, ["mcp", "doctor", "--json"], env, project)
+    shown = json.dumps(json.loads(done.stdout.decode("utf-8")), ensure_ascii=False)
+    assert hidden_in(shown) == [] and "mkdir -p -m 700 '%s'" % quoted in parse_json(
+        done.stdout.decode("utf-8"))["config_dir"]["fix"]
+
+
+def test_rule33_doctor_shows_a_path_hiding_text_escaped_in_powershell(win, plain_pyz, make_env, tmp_path):
+    """The same under the Windows Python: the fix is a PowerShell line naming the folder
+    escaped, single-quoted."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    config_dir = win.path(tmp_path / "memprove\u202egifnoc")
+    checks = run_doctor(win, plain_pyz, make_env({"MEMPROVE_CONFIG_DIR": config_dir}), project)
+    quoted = json.dumps(config_dir)[1:-1]
+    assert "\\u202e" in quoted
+    assert checks["config_dir"]["status"] == "warn" and quoted in checks["config_dir"]["detail"]
+    assert checks["config_dir"]["fix"] == \
+        "New-Item -ItemType Directory -Force -Path %s" % psq(quoted), checks["config_dir"]
+    assert all("\u202e" not in (check["detail"] + (check["fix"] or "")) for check in checks.values())
+    assert_powershell(checks)

@@ -1163,3 +1163,86 @@ def test_set_task_status_changes_the_store_alone(world):
     assert world.capsule()["task"]["status"] == "done"
     assert len(ledger_rows(d)) == entries
     problem(world.transition("active"), 409, "invalid_transition")
+
+
+# -- §6 rule 35: runs.jsonl only as a regular file reached without a link -----------------
+
+GITCONFIG = b"[user]\n\tname = Ana\n"
+
+
+def begun_workspace(hserve, config):
+    """A Workspace whose context names a Session (a `begin` through the built .pyz)."""
+    from hardening_support import begun_server
+    server, begun = begun_server(hserve, config, "Rule 35")
+    assert server.close() == 0
+    return begun
+
+
+def not_recorded(done, daemon):
+    """The command ran, the daemon has its Run, the line was not written: the runner's own
+    status and one sentence saying so."""
+    assert done.returncode == ledgerd.RUN_NOT_RECORDED, (done.returncode, done.stderr)
+    assert done.stderr.startswith("ledgerd.py run: ") and re.search(
+        r"not (recorded|written to runs\.jsonl)", done.stderr), done.stderr
+    assert "recordRun" in [op["op"] for op in daemon.ops]
+
+
+def test_rule35_run_does_not_append_through_a_runs_file_that_is_a_link(
+        hserve, config, daemon, workspace, make_env, tmp_path):
+    """A repository's .memprove/runs.jsonl is a link to another file of the user's (a fake
+    ~/.gitconfig): `ledgerd.py run -- true` leaves that file and the link unchanged and says
+    the run was not recorded.  (Before: it appended a JSON line to the file.)"""
+    begun_workspace(hserve, config)
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_bytes(GITCONFIG)
+    runs = workspace / ".memprove" / "runs.jsonl"
+    os.symlink(str(gitconfig), str(runs))
+    done = ledgerd_run(["--", "true"], make_env(config.env()), workspace)
+    not_recorded(done, daemon)
+    assert gitconfig.read_bytes() == GITCONFIG
+    assert os.path.islink(str(runs)) and os.readlink(str(runs)) == str(gitconfig)
+
+
+def test_rule35_run_does_not_append_into_a_memprove_folder_that_is_a_link(
+        hserve, config, daemon, workspace, make_env, tmp_path):
+    """.memprove itself a link to a folder elsewhere (holding the context and a runs.jsonl):
+    nothing appended there, the run not recorded.  (Before: appended through the link.)"""
+    begun_workspace(hserve, config)
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(str(workspace / ".memprove"), str(elsewhere))
+    os.symlink(str(elsewhere), str(workspace / ".memprove"))
+    (elsewhere / "runs.jsonl").write_bytes(GITCONFIG)
+    done = ledgerd_run(["--", "true"], make_env(config.env()), workspace)
+    not_recorded(done, daemon)
+    assert (elsewhere / "runs.jsonl").read_bytes() == GITCONFIG
+    assert os.path.islink(str(workspace / ".memprove"))
+
+
+def test_rule35_run_with_a_runs_file_that_is_a_fifo_ends_and_writes_nothing(
+        hserve, config, daemon, workspace, make_env):
+    """runs.jsonl a FIFO nobody reads: the runner ends by itself (the safety bound is
+    generous) saying the run was not recorded.  (Before: it waited for a reader for ever.)"""
+    begun_workspace(hserve, config)
+    runs = workspace / ".memprove" / "runs.jsonl"
+    os.mkfifo(str(runs))
+    done = ledgerd_run(["--", "true"], make_env(config.env()), workspace)
+    not_recorded(done, daemon)
+    assert stat.S_ISFIFO(os.lstat(str(runs)).st_mode)
+
+
+def test_rule35_run_does_not_append_through_a_runs_file_that_is_a_hard_link(
+        hserve, config, daemon, workspace, make_env, tmp_path):
+    """.memprove/runs.jsonl is a hard link to another file of the user's (a fake
+    ~/.gitconfig, another name of the same file): `ledgerd.py run -- true` leaves it
+    unchanged and says the run was not recorded, exit 125.  (Before: it appended a JSON
+    line to the file, a regular file once opened.)"""
+    begun_workspace(hserve, config)
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_bytes(GITCONFIG)
+    runs = workspace / ".memprove" / "runs.jsonl"
+    os.link(str(gitconfig), str(runs))
+    done = ledgerd_run(["--", "true"], make_env(config.env()), workspace)
+    assert ledgerd.RUN_NOT_RECORDED == 125
+    not_recorded(done, daemon)
+    assert gitconfig.read_bytes() == GITCONFIG
+    assert os.stat(str(runs)).st_ino == os.stat(str(gitconfig)).st_ino

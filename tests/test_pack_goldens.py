@@ -76,3 +76,21 @@ def test_golden_pack_and_claims_through_the_server(name, era, start_server, daem
     ops = [entry["op"] for entry in daemon.ops]
     assert ops == ["getTaskCapsule"] * (2 if numbers else 1), ops
     assert server.close() == 0
+
+
+HIDDEN = re.compile("[\u200b\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufff9-\ufffb"
+                    "\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_rule33_rule34_the_hidden_golden_through_the_server(era, start_server, daemon, config, workspace):
+    """The `hidden` case: a Capsule full of the characters that hide text and a text of
+    over 20,000 characters gives its Pack and claim lines byte for byte, in which every
+    hidden character is U+FFFD and the long claim's line is its first 19,999 characters
+    and `…`."""
+    capsule, _, pack, claims = load("hidden")
+    texts = json.dumps(capsule, ensure_ascii=False)
+    assert len(HIDDEN.findall(texts)) > 100 and max(len(c["text"]) for c in capsule["capsule"]["claims"]) > 20000
+    assert not HIDDEN.search(pack) and not HIDDEN.search(json.dumps(claims, ensure_ascii=False))
+    assert "\ufffd" in pack and len(claims["4"]) == len("- c4 ") + 20000 and claims["4"].endswith(" \u2026")
+    test_golden_pack_and_claims_through_the_server("hidden", era, start_server, daemon, config, workspace)

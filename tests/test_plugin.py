@@ -557,9 +557,8 @@ def refused_in_one_line(done):
     return line
 
 
-@pytest.mark.parametrize("mode, depth", [(0o777, 1), (0o775, 1), (0o1777, 1), (0o777, 2)],
-                         ids=["others-can-write", "the-group-can-write", "sticky-like-tmp",
-                              "two-folders-up"])
+@pytest.mark.parametrize("mode, depth", [(0o777, 1), (0o1777, 1), (0o777, 2)],
+                         ids=["others-can-write", "sticky-like-tmp", "two-folders-up"])
 def test_rule25_a_kit_below_a_folder_others_can_write_is_refused(
         pyz, newest_python, make_env, private_place, kit_config, mode, depth):
     """A folder above DIR that others (or the group) can write, a sticky one like /tmp
@@ -581,6 +580,53 @@ def test_rule25_a_kit_below_a_folder_others_can_write_is_refused(
     line = refused_in_one_line(done)
     assert str(shared) in line, line
     assert snapshot(private_place) == before
+
+
+def test_rule36_a_folder_its_group_can_write_is_refused_unless_the_group_is_the_users_own(
+        pyz, newest_python, make_env, private_place, kit_config):
+    """Rule 25's folder above DIR, mode 0775: of a group others are in (here another uid's,
+    54322), refused in rule 25's sentence naming it, nothing written; of the user's own
+    private group (root's gid 0, which lists no member), accepted.  (Before: 0775 was
+    refused whatever its group.)"""
+    needs_root("give a folder to another group")
+    import grp
+    import pwd
+    if pwd.getpwuid(0).pw_gid != 0 or grp.getgrgid(0).gr_mem not in ([], ["root"]):
+        pytest.skip("root's group 0 names other members here, so it is no private group")
+    shared = private_place / "shared"
+    shared.mkdir()
+    os.chown(str(shared), 0, OTHER_UID)
+    os.chmod(str(shared), 0o775)
+    before = snapshot(private_place)
+    line = refused_in_one_line(write_kit(newest_python, pyz, shared / "kit", make_env(),
+                                         private_place, "--config-dir", kit_config))
+    assert "%s can be written by group or others (mode 0775)" % shared in line, line
+    assert snapshot(private_place) == before
+    os.chown(str(shared), 0, 0)
+    done = write_kit(newest_python, pyz, shared / "kit", make_env(), private_place,
+                     "--config-dir", kit_config)
+    assert done.returncode == 0, done.stderr
+    assert (shared / "kit" / "memprove" / "memprove_mcp.pyz").read_bytes() == pyz.read_bytes()
+
+
+def test_rule36_under_umask_002_the_folders_made_are_0755_and_the_update_is_written(
+        pyz, make_env, private_place, kit_config):
+    """Debian's and Ubuntu's umask 002: `mcp plugin <private>/a/b/kit` makes a and b 0755
+    (not 0775), and writing the kit again (the update) succeeds.  (Before: a and b were
+    0775, and the second run refused its own folders.)"""
+    from hardening_support import wrapper
+    python = wrapper(private_place, "python-umask-002", "os.umask(0o002)")
+    kit = private_place / "a" / "b" / "kit"
+    for _ in range(2):
+        done = write_kit(python, pyz, kit, make_env(), private_place, "--config-dir", kit_config)
+        assert done.returncode == 0, done.stderr
+        for folder in (private_place / "a", private_place / "a" / "b"):
+            assert stat_mode(folder) == 0o755, (folder, oct(stat_mode(folder)))
+    assert (kit / "memprove" / "memprove_mcp.pyz").read_bytes() == pyz.read_bytes()
+
+
+def stat_mode(path):
+    return os.stat(str(path)).st_mode & 0o7777
 
 
 def test_rule25_a_folder_of_another_user_is_refused(pyz, newest_python, make_env,

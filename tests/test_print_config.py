@@ -238,3 +238,47 @@ def test_the_pyz_as_the_command_is_no_program_on_windows(win, plain_pyz, make_en
     _, args, env = entry_parts("claude-code", parse("claude-code", done.stdout))
     report = launch(win, workspace, args[0], args[1:], env)
     assert report.get("winerror") == 193, report
+
+
+# ---------------------------------------------------------------------------
+# §6 rule 36: `%` in a path where the hook runs under cmd.exe (Codex on Windows)
+# ---------------------------------------------------------------------------
+
+PERCENT_WORDS = ["C:\\Python313\\python.exe", "C:\\Users\\ana\\100%\\memprove_mcp.pyz", "mcp",
+                 "hook", "session-start", "--config-dir", "C:\\Users\\ana\\%USERNAME%"]
+
+
+def test_rule36_hook_refusal_of_a_percent_only_where_cmd_runs_the_hook():
+    """Codex CLI runs a hook's commandWindows under cmd.exe, which expands `%` even between
+    double quotes: refused, naming the client and cmd.exe.  Not on Linux (sh), nor for
+    Claude Code or Gemini CLI on Windows, whose forms cmd.exe does not read."""
+    import memprove_mcp as mp
+    line = mp.hook_refusal("codex", PERCENT_WORDS, "win32")
+    assert line and "Codex CLI" in line and "cmd.exe" in line and "%" in line, line
+    assert "100%" in line, line                        # the first word holding one
+    for platform in ("linux", "darwin"):
+        assert mp.hook_refusal("codex", PERCENT_WORDS, platform) is None, platform
+    for client in ("claude-code", "gemini"):
+        assert mp.hook_refusal(client, PERCENT_WORDS, "win32") is None, client
+    assert mp.hook_refusal("codex", [word.replace("%", "") for word in PERCENT_WORDS],
+                           "win32") is None
+
+
+def test_rule36_print_config_hook_for_codex_on_windows_refuses_a_path_with_percent(
+        win, plain_pyz, make_env, workspace, tmp_path):
+    """Under the Windows Python: `print-config --hook --client codex --config-dir <a folder
+    holding %>` exits 1 with one line naming cmd.exe, nothing on standard output.  Claude
+    Code's form (no shell) prints its entry."""
+    config_dir = win.path(tmp_path / "50%off")
+    env = make_env()
+    done = run_cli(win.python, plain_pyz, ["mcp", "print-config", "--hook", "--client", "codex",
+                                           "--config-dir", config_dir], env, workspace)
+    assert (done.returncode, done.stdout) == (1, b""), (done.returncode, done.stdout)
+    line = one_stderr_line(done)
+    assert "cmd.exe" in line and "Codex CLI" in line, line
+    done = run_cli(win.python, plain_pyz, ["mcp", "print-config", "--hook", "--client",
+                                           "claude-code", "--config-dir", config_dir], env,
+                   workspace)
+    assert done.returncode == 0, done.stderr
+    assert config_dir in json.loads(done.stdout.decode("utf-8"))["hooks"]["SessionStart"][0][
+        "hooks"][0]["args"]

@@ -5938,9 +5938,7 @@ def print_config(options):
     name = options.get("client") or "claude-code"
     expanded = expanded_by(name, [command] + args)
     if expanded:
-        path, marker = expanded
-        sys.stderr.write("memprove-mcp: %s holds %s, which %s would expand in its "
-                         "configuration; use a path without it.\n" % (shown_path(path), marker, name))
+        sys.stderr.write("memprove-mcp: %s\n" % expansion_refusal(name, *expanded))
         return 1
     try:
         text, where = client_entry(name, command, args, config_dir, os.environ,
@@ -5989,22 +5987,31 @@ def hook_refusal(name, words, platform=PLATFORM):
     double quotes (§6 rule 36)."""
     expanded = expanded_by(name, words)
     if expanded:
-        return ("%s holds %s, which %s would expand in its configuration; use a path without "
-                "it." % (shown_path(expanded[0]), expanded[1], CLIENTS[name].label))
+        return expansion_refusal(name, *expanded)
     held = cmd_expands(words, (name,), platform)
-    if held:
-        return ("%s holds %%, which cmd.exe would expand in %s's hook; use a path without it."
-                % (shown_path(held), CLIENTS[name].label))
-    return None
+    return held and cmd_refusal(*held)
+
+
+def expansion_refusal(name, value, marker):
+    """The line refusing `value`, which holds `marker`, which client `name` expands."""
+    return ("%s holds %s, which %s would expand in its configuration; use a path without it."
+            % (shown_path(value), marker, CLIENTS[name].label))
 
 
 def cmd_expands(words, clients, platform=PLATFORM):
-    """The first of `words` holding `%` where one of `clients` runs its hook
-    under cmd.exe on `platform`, or None."""
-    if PLATFORMS[platform]["hook_shell"] is not None or \
-            not any(CLIENTS[name].hook_form == "cmd" for name in clients):
+    """(the first of `words` holding `%`, the client) where one of `clients`
+    runs its hook under cmd.exe on `platform`, or None."""
+    if PLATFORMS[platform]["hook_shell"] is not None:
         return None
-    return next((word for word in words if "%" in word), None)
+    runs_cmd = [name for name in clients if CLIENTS[name].hook_form == "cmd"]
+    held = next((word for word in words if "%" in word), None)
+    return (held, runs_cmd[0]) if runs_cmd and held is not None else None
+
+
+def cmd_refusal(value, name):
+    """The line refusing `value`, whose `%` cmd.exe would expand in client `name`'s hook."""
+    return ("%s holds %%, which cmd.exe would expand in %s's hook; use a path without it."
+            % (shown_path(value), CLIENTS[name].label))
 
 
 def expanded_by(name, values):
@@ -6259,15 +6266,14 @@ def kit_refusal(kit, folder):
             # or shows what it hides.
             return ("%s holds a control character, a line break or a character that hides "
                     "text; use a path without it." % shown_path(value))
-        if cmd_expands([value], CLIENTS):
-            return ("%s holds %%, which cmd.exe would expand in Codex's hook; use a path "
-                    "without it." % shown_path(value))
-        for client in CLIENTS.values():
+        held = cmd_expands([value], CLIENTS)
+        if held:
+            return cmd_refusal(*held)
+        for name, client in CLIENTS.items():
             marker = next((marker for marker in client.kit_expands if marker in value), None)
             # The folder too: every client reads it in the hook's command.
             if marker:
-                return ("%s holds %s, which %s would expand in its configuration; use a "
-                        "path without it." % (shown_path(value), marker, client))
+                return expansion_refusal(name, value, marker)
     return kit_folder_refusal(folder)
 
 

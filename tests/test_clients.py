@@ -580,6 +580,10 @@ def test_every_client_under_every_python(pyz, server_python, make_env, workspace
 # started with another.  Each client's own expansion syntax is refused for it; the other
 # clients take the same path as it is.
 
+CLIENT_LABELS = {"claude-code": "Claude Code", "codex": "Codex CLI", "gemini": "Gemini CLI",
+                 "opencode": "OpenCode", "cline": "Cline", "continue": "Continue", "amp": "Amp",
+                 "cursor": "Cursor", "vscode": "VS Code", "windsurf": "Windsurf", "zed": "Zed",
+                 "goose": "Goose"}
 EXPANDED_BY = {"claude-code": ("${",), "cursor": ("${",), "vscode": ("${",), "gemini": ("$",),
                "opencode": ("{env:", "{file:")}
 EXPANDING_NAMES = {"dollar-brace": "dir ${HOME}", "dollar": "dir $HOME",
@@ -602,6 +606,9 @@ def refused_in_one_line(done, client, *values):
     named = [value for value in values if expanded_by(client, value) and shown(value) in err
              and all(chars in err for chars in expanded_by(client, value))]
     assert named, (client, values, err)
+    # The client by its label, as every refusal names it (issue 39: once the record's repr).
+    assert ", which %s would expand in its configuration; use a path without it." % (
+        CLIENT_LABELS[client]) in err, err
 
 
 def strings_in(document):

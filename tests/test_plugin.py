@@ -276,15 +276,19 @@ def test_a_folder_that_is_neither_new_empty_nor_a_kit_is_refused_and_nothing_wri
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("value, marker", [("cfg-${HOME}", "${"), ("cfg-$HOME", "$")])
+@pytest.mark.parametrize("value, marker, label", [("cfg-${HOME}", "${", "Claude Code"),
+                                                  ("cfg-$HOME", "$", "Gemini CLI")])
 def test_a_path_a_client_would_expand_is_refused(pyz, newest_python, make_env, tmp_path, value,
-                                                 marker):
+                                                 marker, label):
+    """The refusal names the path, what in it is expanded, and the first client that would
+    expand it by its label (issue 39: it once named `<memprove_mcp.Client object at 0x…>`)."""
     before = snapshot(tmp_path)
     done = write_kit(newest_python, pyz, tmp_path / "kit", make_env(), tmp_path,
                      "--config-dir", tmp_path / value)
     assert done.returncode == 1 and done.stdout == b""
-    line = done.stderr.decode()
-    assert line.count("\n") == 1 and marker in line and "expand" in line
+    assert done.stderr.decode() == (
+        "memprove-mcp: %s holds %s, which %s would expand in its configuration; use a path "
+        "without it.\n" % (tmp_path / value, marker, label))
     assert snapshot(tmp_path) == before
 
 

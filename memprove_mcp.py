@@ -303,8 +303,8 @@ usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
                     writes nothing
   mcp doctor        check the whole path from this shell to the ledger, as the next tool
                     call will take it, and say what to fix; writes nothing
-  mcp plugin DIR    write into DIR a kit that Claude Code, Codex, Gemini CLI and Claude
-                    Desktop install the server from, and print the commands that do it
+  mcp plugin DIR    write into DIR the kit the clients install the server from
+                    (%s), and print the commands that do it
   mcp hook session-start
                     (run by a client's SessionStart hook) print the Pack of the context's
                     Task for the model's first request, or nothing; writes nothing
@@ -314,9 +314,16 @@ usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
   --python          name this interpreter as the command and the .pyz as its first argument
   --hook            (print-config) print the client's session-start hook entry instead
   --client NAME     the client whose format to print, or whose entry to check
-                    (default claude-code), or that runs the hook: %s
+                    (default %s), or that runs the hook: %s
   --json            (doctor) one JSON object instead of lines
 """
+
+
+def usage():
+    """USAGE with what the client records say: the kit's clients, the default, the names."""
+    kit = [record.label for record in CLIENTS.values() if record.install]
+    return USAGE % (", ".join(kit[:-1]) + " and " + kit[-1], DEFAULT_CLIENT,
+                    ", ".join(CLIENT_NAMES))
 
 
 class UsageError(Exception):
@@ -332,7 +339,7 @@ def main(argv=None):
         sys.stderr.write("memprove-mcp: %s (see --help)\n" % error)
         return 2
     if command == "help":
-        write_stdout_bytes((USAGE % ", ".join(CLIENT_NAMES)).encode("utf-8"))
+        write_stdout_bytes(usage().encode("utf-8"))
         return 0
     if command == "version":
         write_stdout_bytes(("memprove-mcp %s (%s)\n" % (VERSION, source_digest()[:12])).encode())
@@ -5322,12 +5329,18 @@ class Client(object):
       kit_hooks     path parts of the hooks file it reads in the kit, or None
       install, update, remove   its commands ({folder}, {bundle}, {open} filled in)
       enable        its command that enables a kit it disabled
+      kit_notes     what `mcp plugin` tells the user of it before the commands
+      kit_token_variables  whether the kit's server gets MEMPROVE_TOKEN and
+                    MEMPROVE_TOKEN_FILE from the user's shell (else only the
+                    token file of the configuration directory serves it)
       find_kit      found -> where it recorded the kit it installed, or None
     Its session-start hook:
       hook_variable the variable it sets for the hooks it runs, or None (no hook)
       hook_files    (base, path parts) of its files that may hold a hook entry,
                     the user's last (print-config --hook names that one)
       hook_form     how its handler names the command on Windows (HOOK_FORMS)
+      hook_inherited  whether every program started under it inherits its
+                    hook_variable (then the others are tried first)
       hook_distrust (found, handler) -> (why, fix) when it would skip the kit's
                     hook until the user trusts it, or None
     """
@@ -5341,8 +5354,10 @@ class Client(object):
         self.kit_server = self.kit_hooks = self.find_kit = self.enable = None
         self.kit_expands, self.kit_files = (), ()
         self.install, self.update, self.remove = (), (), ()
+        self.kit_notes, self.kit_token_variables = (), True
         self.hook_variable, self.hook_files = None, ()
         self.hook_form = self.hook_distrust = None
+        self.hook_inherited = False
         for name, value in facts.items():
             if not hasattr(self, name):
                 raise TypeError("a client has no %r" % name)
@@ -5797,10 +5812,12 @@ CLIENTS = {
         update=("claude plugin update " + KIT_PLUGIN_ID,),
         enable="claude plugin enable " + KIT_PLUGIN_ID,
         remove=("claude plugin uninstall " + KIT_PLUGIN_ID, "claude plugin marketplace remove memprove"),
+        kit_notes=("Claude Code reads it in place: keep the folder where it is; /mcp lists the "
+                   "server.",),
         find_kit=claude_kit_entry,
         hook_variable="CLAUDECODE", hook_files=(("root", (".claude", "settings.json")),
                                                 ("home", (".claude", "settings.json"))),
-        hook_form="exec"),
+        hook_form="exec", hook_inherited=True),
     "codex": Client(
         "Codex CLI", agent="codex-mcp-client",
         format="toml", shape=codex_entry, where="{user}",
@@ -5820,6 +5837,9 @@ CLIENTS = {
         # Codex has no enable command: adding the plugin again sets `enabled = true`.
         update=("codex plugin add " + KIT_PLUGIN_ID,), enable="codex plugin add " + KIT_PLUGIN_ID,
         remove=("codex plugin remove " + KIT_PLUGIN_ID, "codex plugin marketplace remove memprove"),
+        kit_notes=("Codex reads it in place: keep the folder where it is. It runs the kit's hook "
+                   "only once you trust it, and again after each update: start `codex` once "
+                   "and trust the hooks.",),
         find_kit=codex_kit_entry,
         hook_variable="PLUGIN_ROOT", hook_files=((codex_home, ("hooks.json",)),), hook_form="cmd",
         hook_distrust=codex_hook_distrust),
@@ -5842,6 +5862,10 @@ CLIENTS = {
         update=("gemini extensions update memprove",),
         enable="gemini extensions enable memprove --scope workspace",     # in the Workspace
         remove=("gemini extensions uninstall memprove",),   # it keeps its enablement file
+        kit_notes=("Gemini CLI asks whether to trust the folder, and whether to update: "
+                   "answer y.",),
+        # It passes its servers no variable whose name holds TOKEN.
+        kit_token_variables=False,
         find_kit=gemini_kit_entry,
         hook_variable="GEMINI_SESSION_ID", hook_files=(("root", (".gemini", "settings.json")),
                                                        ("home", (".gemini", "settings.json"))),
@@ -5905,6 +5929,7 @@ CLIENTS = {
 }
 # The clients print-config and doctor know, in the order of clients.md's table.
 CLIENT_NAMES = tuple(name for name, record in CLIENTS.items() if record.format)
+DEFAULT_CLIENT = "claude-code"       # print-config's and doctor's without --client
 
 
 # ---------------------------------------------------------------------------
@@ -5927,7 +5952,7 @@ def print_config(options):
         workspace = os.path.abspath(os.path.expanduser(workspace))
         args += ["--workspace", workspace]
     if options.get("hook"):
-        return print_hook_config(options.get("client") or "claude-code", program, args[2:])
+        return print_hook_config(options.get("client") or DEFAULT_CLIENT, program, args[2:])
     if options.get("python") or PLATFORMS[PLATFORM]["interpreter_first"]:
         command, args = os.path.abspath(sys.executable), [program] + args
     else:
@@ -5935,7 +5960,7 @@ def print_config(options):
     root = find_workspace(os.environ, workspace).root
     command, args, config_dir = utf8_text(command), [utf8_text(arg) for arg in args], \
         utf8_text(config_dir)
-    name = options.get("client") or "claude-code"
+    name = options.get("client") or DEFAULT_CLIENT
     expanded = expanded_by(name, [command] + args)
     if expanded:
         sys.stderr.write("memprove-mcp: %s\n" % expansion_refusal(name, *expanded))
@@ -6101,32 +6126,51 @@ def hook_document(handler, description=None):
     return document
 
 
-# How a client's hook handler names the command on Windows, where each runs
-# hooks its own way: Claude Code through Git Bash or PowerShell, or with no
-# shell when the handler has `args` (the one form that runs under Wine, whose
-# PowerShell is a stub); Codex through cmd.exe, from `commandWindows`; Gemini
-# CLI through PowerShell, where a quoted program needs the call operator.
-# Elsewhere all three run `command` with POSIX sh (Codex: $SHELL -lc).
+# How a hook handler names the command on Windows, where each client runs
+# hooks its own way (its record's `hook_form` names one of these): with no
+# shell when the handler has `args` (Claude Code; the one form that runs under
+# Wine, whose PowerShell is a stub); through cmd.exe, from `commandWindows`
+# (Codex); through PowerShell, where a quoted program needs the call operator
+# (Gemini CLI).  Each form is written and read back in one place: the keys it
+# writes from the words, and the words it reads from a handler (None: the
+# shell would do more than run words; doctor vouches only for those, §6 rule
+# 32).  Elsewhere every client runs `command` with POSIX sh (Codex: $SHELL -lc).
 HOOK_FORMS = {
-    "cmd": lambda words: {"commandWindows": cmd_line(words)},
-    "powershell": lambda words: {"command": "& " + " ".join(
-        powershell_word(word) for word in words)},
-    "exec": lambda words: {"command": words[0], "args": words[1:]},
+    "exec": (lambda words: {"command": words[0], "args": words[1:]},
+             lambda handler: exec_words(handler)),
+    "cmd": (lambda words: {"commandWindows": cmd_line(words)},
+            lambda handler: cmd_words(handler.get("commandWindows") or handler.get("command"))),
+    "powershell": (lambda words: {"command": "& " + " ".join(map(powershell_word, words))},
+                   lambda handler: powershell_words(handler.get("command"))),
 }
+
+
+def exec_words(handler):
+    """The words of a handler with `args`, run with no shell; one without is
+    run in a shell (Claude Code's Git Bash), read as sh reads it."""
+    command, args = handler.get("command"), handler.get("args")
+    if args is None:
+        return sh_words(command)
+    if not isinstance(command, str) or not isinstance(args, list) or \
+            not all(isinstance(arg, str) for arg in args):
+        return None
+    return [command] + args
 
 
 def hook_handler(words, clients, platform=PLATFORM):
     """The handler that runs `words` for every one of `clients`: one command
     for POSIX sh, or on Windows each client's form (HOOK_FORMS) side by side,
-    each client reading its own keys and leaving the others'."""
+    each client reading its own keys and leaving the others'.  Forms that
+    would write one key two ways are never read from one file (each hooks
+    file's clients are chosen so): that is a ValueError, not a silent choice."""
     handler = {"type": "command"}
     if PLATFORMS[platform]["hook_shell"] == "sh":
         handler["command"] = " ".join(sh_word(word) for word in words)
         return handler
-    forms = set(CLIENTS[name].hook_form for name in clients)
-    for form in HOOK_FORMS:              # "exec" last: its `command` is the program alone
-        if form in forms:
-            handler.update(HOOK_FORMS[form](words))
+    for form in sorted(set(CLIENTS[name].hook_form for name in clients)):
+        for key, value in HOOK_FORMS[form][0](words).items():
+            if handler.setdefault(key, value) != value:
+                raise ValueError("the hook forms of %s disagree on %s" % (clients, key))
     handler.setdefault("command", handler.get("commandWindows"))
     return handler
 
@@ -6207,12 +6251,13 @@ def plugin(options):
         return 1
     write_stdout_bytes(kit["commands"].encode("utf-8"))
     token = os.path.join(kit["config_dir"], "token")
-    if not os.path.isfile(token):
-        # The one place every client's server finds the token: Gemini CLI passes no variable
-        # whose name holds TOKEN, Codex only those its entry names.
+    without = [client.label for client in CLIENTS.values()
+               if client.install and not client.kit_token_variables]
+    if not os.path.isfile(token) and without:
+        # The one place every client's server finds the token.
         sys.stderr.write("memprove-mcp: %s does not exist: put your token there (only you may "
-                         "read it), or the kit's server has none under Gemini CLI.\n"
-                         % shown_path(token))
+                         "read it), or the kit's server has none under %s.\n"
+                         % (shown_path(token), " or ".join(without)))
     return 0
 
 
@@ -6425,17 +6470,22 @@ def write_kit(kit, folder):
         shutil.rmtree(old, ignore_errors=True)
 
 
-KIT_PREFACE = (
-    "The memprove kit, version {version}, is in {folder}.",
-    "Claude Code and Codex read it in place: keep the folder where it is.",
-    "Gemini CLI asks whether to trust the folder, and whether to update: answer y.",
-    "Each session then starts with the Pack of the Task you work on (the kit's hook);",
-    "Codex runs that hook only once you trust it, and again after each update: start",
-    "`codex` once and trust the hooks.",
-    "To check it inside an agent: ask it to call the memprove tool `context` (in Claude Code,",
-    "/mcp lists the server too).",
-    "",
-)
+# What standard output says before the commands: this, then each kit client's
+# `kit_notes`, then the closing lines, each paragraph wrapped to KIT_WIDTH.
+KIT_OPENING = "The memprove kit, version {version}, is in {folder}."
+KIT_CLOSING = ("Each session then starts with the Pack of the Task you work on (the kit's hook).",
+               "To check it inside an agent: ask it to call the memprove tool `context`.")
+KIT_WIDTH = 88
+
+
+def kit_preface(version, folder):
+    """The lines before the commands: what to expect of each kit client."""
+    import textwrap
+    paragraphs = [KIT_OPENING.format(version=version, folder=shown_path(folder))]
+    paragraphs += [note for client in CLIENTS.values() for note in client.kit_notes]
+    paragraphs += KIT_CLOSING
+    return [line for paragraph in paragraphs for line in textwrap.wrap(
+        paragraph, KIT_WIDTH, break_long_words=False, break_on_hyphens=False)] + [""]
 
 
 def kit_commands(folder, version, platform=PLATFORM):
@@ -6450,7 +6500,7 @@ def kit_commands(folder, version, platform=PLATFORM):
     paths = {"folder": shell_word(shell, folder),
              "bundle": shell_word(shell, folder.rstrip(separator) + separator + KIT_NAME + ".mcpb"),
              "open": PLATFORMS[platform]["opener"]}
-    lines = [line.format(version=version, folder=shown_path(folder)) for line in KIT_PREFACE]
+    lines = kit_preface(version, folder)
     kit_clients = [client for client in CLIENTS.values() if client.install]
     for client in kit_clients:
         if "{open}" in "".join(client.install) and not paths["open"]:
@@ -6584,14 +6634,13 @@ def finished_by(deadline, action):
 
 def hook_client(environ):
     """The client running the hook, told by the variable it sets for its
-    hooks, or None.  The records are read from the last: Claude Code's
-    CLAUDECODE is inherited by every program its shell starts, Codex's and
-    Gemini's among them."""
-    for name in reversed(CLIENT_NAMES):
-        variable = CLIENTS[name].hook_variable
-        if variable and environ.get(variable):
-            return name
-    return None
+    hooks, or None.  A variable every program started under the client
+    inherits (its record's `hook_inherited`: Claude Code's CLAUDECODE, set in
+    the shell where a user may start Codex or Gemini) is tried after the
+    others."""
+    order = sorted(CLIENT_NAMES, key=lambda name: CLIENTS[name].hook_inherited)
+    return next((name for name in order if CLIENTS[name].hook_variable and
+                 environ.get(CLIENTS[name].hook_variable)), None)
 
 
 def session_start_text(call):
@@ -6666,7 +6715,7 @@ class Findings(object):
         self.environ = environ                     # this shell's
         self.platform = platform
         self.shell = SHELLS[PLATFORMS[platform]["shell"]]
-        self.client = options.get("client") or "claude-code"
+        self.client = options.get("client") or DEFAULT_CLIENT
         self.program = this_program()              # the .pyz doctor runs from
         self.server_environ = environ              # what the client starts a server with
         self.failed = set()                        # the names of the checks that failed
@@ -7333,21 +7382,9 @@ def hook_words(handler, name, platform=PLATFORM):
     `platform` reads them (POSIX sh; on Windows the form of HOOK_FORMS the
     client reads), or None when that shell would do more than run words:
     an operator, an expansion, a redirection or a glob."""
-    command = handler.get("command")
     if PLATFORMS[platform]["hook_shell"] == "sh":
-        return sh_words(command)
-    form = CLIENTS[name].hook_form
-    if form == "cmd":
-        return cmd_words(handler.get("commandWindows") or command)
-    if form == "powershell":
-        return powershell_words(command)
-    args = handler.get("args")
-    if args is None:
-        return sh_words(command)         # Claude Code runs a command without args in a shell
-    if not isinstance(command, str) or not isinstance(args, list) or \
-            not all(isinstance(arg, str) for arg in args):
-        return None
-    return [command] + args
+        return sh_words(handler.get("command"))
+    return HOOK_FORMS[CLIENTS[name].hook_form][1](handler)
 
 
 # §6 rule 25: variables that make the interpreter or the loader run other

@@ -103,6 +103,7 @@ PLAN = {
     "pack_served_large": (8, 1),  # pack through the server, 100,000 claims (about 6 s a repetition)
     "hook": (40, 12),            # each session-start hook variant and its baselines
     "hook_bound": (3, 1),        # each hook that meets a silent daemon or open input (~1-3 s)
+    "hook_largest": (5, 2),      # each hook that reads the largest Capsule it takes (~1-2 s)
     "memory_calls": (10000, 1000),
 }
 
@@ -1243,6 +1244,76 @@ class SilentDaemon:
             connection.close()
 
 
+class CapsuleDaemon:
+    """A loopback daemon that answers every request with one fixed Capsule body: the
+    largest answers the hook reads (contract.md §6 rule 34), served as fast as a socket
+    takes them, so that the hook's own reading is what is timed."""
+
+    def __init__(self, body):
+        import socket
+        self.answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)) + body
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self.serve, name="bench-capsule", daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while True:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer_one, args=(connection,), daemon=True).start()
+
+    def answer_one(self, connection):
+        try:
+            connection.recv(65536)           # the request: one GET, headers only
+            connection.sendall(self.answer)
+        except OSError:
+            pass
+        finally:
+            connection.close()
+
+    def close(self):
+        self.sock.close()
+
+
+HOOK_BODY = 16 * 1024 * 1024     # the largest Capsule the hook reads (memprove_mcp.HOOK_BODY)
+
+
+def largest_capsules():
+    """{name: (the Capsule's JSON body, what the hook must do)}: the most claims, and the
+    longest single text, that fit in HOOK_BODY; and a 60 MB text, past it."""
+    bodies = {}
+    claims = 1000
+    while True:                        # the most synthetic claims under the limit
+        body = json.dumps({"capsule": synthetic_capsule(claims)}).encode("utf-8")
+        if len(body) > HOOK_BODY:
+            break
+        bodies["hook_many"], claims = (body, "speaks"), claims * 2
+    low, high = claims // 2, claims
+    while high - low > 500:
+        middle = (low + high) // 2
+        body = json.dumps({"capsule": synthetic_capsule(middle)}).encode("utf-8")
+        if len(body) <= HOOK_BODY:
+            bodies["hook_many"], low = (body, "speaks"), middle
+        else:
+            high = middle
+    base = synthetic_capsule(10)
+    shell = json.dumps({"capsule": base}).encode("utf-8")
+    for name, size, outcome in (("hook_huge_text", HOOK_BODY - len(shell) - 1024, "speaks"),
+                                ("hook_over_limit", 60 * 1000 * 1000, "silent")):
+        capsule = synthetic_capsule(10)
+        capsule["claims"][0]["text"] = "\x7f" * size     # DEL: one fold of it once took seconds
+        # Unescaped, as JSON allows: each DEL one byte of the body.
+        bodies[name] = (json.dumps({"capsule": capsule}, ensure_ascii=False).encode("utf-8"),
+                        outcome)
+    return bodies
+
+
 def phase_hook(setting, pyz, quick, report):
     """`mcp hook session-start` from spawn to exit (a client waits for its exit), beside what
     it replaces (a cold server's first `pack`) and the interpreter's floor."""
@@ -1292,25 +1363,52 @@ def phase_hook(setting, pyz, quick, report):
             raise BenchError("the hook with its input held open printed %r" % out[:300])
         return elapsed
 
+    largest, daemons = {}, []
+
+    def hook_on(body, outcome):
+        daemon = CapsuleDaemon(body)
+        daemons.append(daemon)
+        data = os.path.join(setting.folder, "capsule-data-%d" % len(daemons))
+        os.makedirs(data, mode=0o700)
+        os.chmod(data, 0o700)
+        with open(os.path.join(data, "daemon.json"), "w") as handle:
+            json.dump({"url": daemon.url, "pid": os.getpid()}, handle)
+        env = dict(with_task, MEMPROVE_DATA_DIR=data)
+
+        def run():
+            elapsed, out = spawn_until_exit(hook, hook_input(root), env, root)
+            if hook_spoke(out) != (outcome == "speaks"):
+                raise BenchError("the hook on a Capsule of %d bytes printed %r" % (
+                    len(body), out[:300]))
+            return elapsed
+        return run
+
     variants = {"floor": floor, "serve_pack": serve_pack, "hook_task": hook_with_task,
                 "hook_none": hook_without_task}
     bounded = {"hook_silent": hook_silent_daemon, "hook_open": hook_open_input}
     try:
+        for name, (body, outcome) in sorted(largest_capsules().items()):
+            largest[name] = hook_on(body, outcome)
         for function in variants.values():        # once untimed: the bytecode cache, the OS's
             function()
         reps = PLAN["hook"][quick]
         bound_reps = PLAN["hook_bound"][quick]
-        progress("session-start hook: %d repetitions of %d variants, %d of %d bounded ones"
-                 % (reps, len(variants), bound_reps, len(bounded)))
-        samples = dict((name, []) for name in list(variants) + list(bounded))
+        largest_reps = PLAN["hook_largest"][quick]
+        progress("session-start hook: %d repetitions of %d variants, %d of %d bounded ones, "
+                 "%d of %d on the largest Capsules" % (reps, len(variants), bound_reps,
+                                                       len(bounded), largest_reps, len(largest)))
+        samples = dict((name, []) for name in list(variants) + list(bounded) + list(largest))
         rng = random.Random(4)
         for rep in range(reps):
-            order = sorted(variants) + (sorted(bounded) if rep < bound_reps else [])
+            order = sorted(variants) + (sorted(bounded) if rep < bound_reps else []) + \
+                (sorted(largest) if rep < largest_reps else [])
             rng.shuffle(order)
             for name in order:
-                samples[name].append((variants.get(name) or bounded[name])())
+                samples[name].append((variants.get(name) or bounded.get(name) or largest[name])())
     finally:
         silent.close()
+        for daemon in daemons:
+            daemon.close()
 
     floor_value = median(samples["floor"])
     serve_value = median(samples["serve_pack"])
@@ -1335,7 +1433,13 @@ def phase_hook(setting, pyz, quick, report):
                "≤ 1.3× floor", value / floor_value <= 1.3)
     for name, label in (("hook_silent", "hook, the daemon accepts and never answers "
                                          "(`MEMPROVE_TIMEOUT=1000`): silent"),
-                        ("hook_open", "hook, its standard input never closed: the Pack printed")):
+                        ("hook_open", "hook, its standard input never closed: the Pack printed"),
+                        ("hook_many", "hook, the most claims a Capsule under 16 MiB holds: "
+                                      "it speaks"),
+                        ("hook_huge_text", "hook, one claim of about 16 MiB of DEL characters: "
+                                           "the Pack printed"),
+                        ("hook_over_limit", "hook, one claim of 60 MB of DEL characters (past "
+                                            "16 MiB): silent")):
         longest = max(samples[name])
         report.add(label, ms(median(samples[name])), ms(percentile(samples[name], 0.9)),
                    "longest of %d: %s" % (len(samples[name]), ms(longest)),

@@ -2526,8 +2526,6 @@ BELIEVED_NAMES = {
     "MEMPROVE_TOKEN_FILE": ("the folder of the file MEMPROVE_TOKEN_FILE names",
                             "the file MEMPROVE_TOKEN_FILE names"),
 }
-OWNER_SENTENCE = "%s belongs to another user (uid %d)."
-MODE_SENTENCE = "%s can be written by group or others (mode %04o)."
 ABOVE = "the folder %s above %s"
 
 
@@ -2554,7 +2552,7 @@ def read_believed(path, source, platform=PLATFORM, limit=65536):
             judge_folders(passed, folder_name, platform)
             held = os.stat(name, dir_fd=descriptor, follow_symlinks=False)
             if stat.S_ISLNK(held.st_mode):
-                if held.st_uid not in (os.geteuid(), 0):
+                if changed_by_others(held, platform, mode=False):
                     raise Distrusted(LINK_OWNER % (shown_path(os.path.join(real, name)),
                                                    file_name, held.st_uid))
                 path = os.path.join(real, os.readlink(name, dir_fd=descriptor))
@@ -2577,22 +2575,17 @@ def judge_folders(passed, name, platform=PLATFORM):
         if index == len(passed) - 1:
             judge(status, name, place, platform)
             return
-        above = ABOVE % (shown_path(place), name)
         sticky = status.st_mode & stat.S_ISVTX and status.st_uid == 0
-        if status.st_uid not in (os.geteuid(), 0):
-            raise Distrusted(sentence(OWNER_SENTENCE % (above, status.st_uid)), place)
-        if others_can_write(status, platform) and not sticky:
-            raise Distrusted(sentence(MODE_SENTENCE % (above, status.st_mode & 0o7777)), place,
-                             status.st_uid == os.geteuid())
+        judge(status, ABOVE % (shown_path(place), name), place, platform, mode=not sticky)
 
 
-def judge(status, name, path, platform=PLATFORM):
-    """Distrusted when a file or folder called `name`, at `path`, is not to be believed."""
-    if status.st_uid not in (os.geteuid(), 0):
-        raise Distrusted(sentence(OWNER_SENTENCE % (name, status.st_uid)), path)
-    if others_can_write(status, platform):
-        raise Distrusted(sentence(MODE_SENTENCE % (name, status.st_mode & 0o7777)), path,
-                         status.st_uid == os.geteuid())
+def judge(status, name, path, platform=PLATFORM, mode=True):
+    """Distrusted when a file or folder called `name`, at `path`, is not to be
+    believed; a chmod by the user fixes it when the user owns it."""
+    why = changed_by_others(status, platform, mode=mode)
+    if why:
+        # The user's own file fails on its mode alone: a chmod of theirs fixes it.
+        raise Distrusted(sentence("%s %s." % (name, why)), path, status.st_uid == os.geteuid())
 
 
 def sentence(text):
@@ -2680,7 +2673,6 @@ def reach_folder(path, what):
     is swapped on the way after the judging.
     """
     import stat
-    trusted = (os.geteuid(), 0)
     folder_flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | NO_FOLLOW
     real, pending, links = os.sep, [part for part in path.split(os.sep)], 0
     descriptor = os.open(os.sep, folder_flags)
@@ -2701,7 +2693,7 @@ def reach_folder(path, what):
                 links += 1
                 if links > MAX_LINKS:
                     raise OSError("too many links")
-                if held.st_uid not in trusted:
+                if changed_by_others(held, mode=False):
                     raise Distrusted(LINK_OWNER % (
                         shown_path(os.path.join(real, name)), what, held.st_uid),
                         os.path.join(real, name))
@@ -2752,16 +2744,14 @@ def daemon_file_doubt(directory, status, platform=PLATFORM):
     and neither writable by group or others."""
     if not PLATFORMS[platform]["posix_files"]:
         return None, False
-    trusted = (os.geteuid(), 0)
-    service = directory.st_uid == status.st_uid and directory.st_uid not in trusted
+    service = directory.st_uid == status.st_uid and not owned_by_user(directory, platform)
     if service and not PLATFORMS[platform]["socket_tables"]:
         return DIRECTORY_OWNER % directory.st_uid, False   # no way to see who listens
-    for what, held in ((DIRECTORY_OWNER, directory), (FILE_OWNER, status)):
-        if held.st_uid not in trusted and not service:
-            return what % held.st_uid, False
-        if others_can_write(held, platform):
-            writable = DIRECTORY_MODE if held is directory else FILE_MODE
-            return writable % (held.st_mode & 0o7777), False
+    owners = (directory.st_uid,) if service else ()
+    for name, held in (("The data directory", directory), ("The file daemon.json", status)):
+        why = changed_by_others(held, platform, owners)
+        if why:
+            return "%s %s." % (name, why), False
     return None, service
 
 
@@ -2774,7 +2764,7 @@ def private_folder(path, owner):
             status = os.stat(path)
         except OSError:
             return False
-        if status.st_uid not in (os.geteuid(), 0, owner) or others_can_write(status):
+        if changed_by_others(status, owners=(owner,)):
             return False
         parent = os.path.dirname(path)
         if parent == path:
@@ -2782,12 +2772,30 @@ def private_folder(path, owner):
         path = parent
 
 
+def changed_by_others(status, platform=PLATFORM, owners=(), mode=True):
+    """What lets someone besides the user and root (and `owners`) change a
+    file, said as the rest of a sentence whose subject is the file ("belongs
+    to another user (uid N)", "can be written by group or others (mode
+    NNNN)"), or None.  The one judge of owner and mode for §6 rules 15, 19, 25,
+    31 and 35 (`mode`=False: the owner alone, for a link, whose mode means
+    nothing); the archive's entry and its bytecode cache, which run before
+    this module is loaded, keep their own (stricter) test."""
+    if not PLATFORMS[platform]["posix_files"]:
+        return None
+    if status.st_uid not in (os.geteuid(), 0) + tuple(owners):
+        return OWNER_PHRASE % status.st_uid
+    if mode and others_can_write(status, platform):
+        return MODE_PHRASE % (status.st_mode & 0o7777)
+    return None
+
+
+OWNER_PHRASE = "belongs to another user (uid %d)"
+MODE_PHRASE = "can be written by group or others (mode %04o)"
+
+
 def others_can_write(status, platform=PLATFORM):
     """Whether anyone but the file's owner (and root) can write it: others
-    can, or a group that is not the user's own private group (§6 rule 36).
-    The one judge of "group or others can write it" for rules 19, 25 and 31;
-    the archive's entry and its bytecode cache, which run before this module
-    is loaded, keep their own (stricter) test."""
+    can, or a group that is not the user's own private group (§6 rule 36)."""
     if not PLATFORMS[platform]["posix_files"]:
         return False
     if status.st_mode & 0o002:
@@ -2820,10 +2828,7 @@ def private_group(gid):
 
 UNTRUSTED_DAEMON = "daemon.json not trusted"     # context's config.warnings
 UNTRUSTED_DATA_DIR = "data-dir not trusted"
-DIRECTORY_OWNER = "The data directory belongs to another user (uid %d)."
-FILE_OWNER = "The file daemon.json belongs to another user (uid %d)."
-DIRECTORY_MODE = "The data directory can be written by group or others (mode %04o)."
-FILE_MODE = "The file daemon.json can be written by group or others (mode %04o)."
+DIRECTORY_OWNER = "The data directory " + OWNER_PHRASE + "."
 LINK_OWNER = "The link %s on the way to %s belongs to another user (uid %d)."
 LINK_FOLDER = "The link %s on the way to %s is in a folder group or others can write."
 
@@ -2967,7 +2972,7 @@ def marker_owned(path):
 
 def owned_by_user(status, platform=PLATFORM):
     """Whether a file is the user's or root's, where POSIX owners mean something."""
-    return not PLATFORMS[platform]["posix_files"] or status.st_uid in (os.geteuid(), 0)
+    return changed_by_others(status, platform, mode=False) is None
 
 
 def utf8_path(path):
@@ -6370,20 +6375,15 @@ def folder_others_can_change(folder, platform=PLATFORM):
     another user (not root) owns or that group or others can write (a
     sticky one like /tmp too: once the kit is gone, another user can make it
     again), said in words; None where the system has no POSIX modes."""
-    if not PLATFORMS[platform]["posix_files"]:
-        return None
-    trusted = (os.geteuid(), 0)
     places = list(path_and_parents(folder)) + list(path_and_parents(os.path.realpath(folder)))
     for place in places:
         try:
             status = os.stat(place)
         except OSError:
             continue                     # not made yet: `mcp plugin` makes it, as its own
-        if status.st_uid not in trusted:
-            return "%s belongs to another user (uid %d)" % (shown_path(place), status.st_uid)
-        if others_can_write(status, platform) and place != folder:
-            return "%s can be written by group or others (mode %04o)" % (
-                shown_path(place), status.st_mode & 0o7777)
+        why = changed_by_others(status, platform, mode=place != folder)
+        if why:
+            return "%s %s" % (shown_path(place), why)
     return None
 
 
@@ -7410,7 +7410,8 @@ def kit_changeable(folder, platform=PLATFORM):
     judged no kit."""
     if not PLATFORMS[platform]["posix_files"] or not folder:
         return None
-    trusted, seen = (os.geteuid(), 0), 0
+    import stat
+    seen = 0
     for directory, folders, files in os.walk(folder) if os.path.isdir(folder) else [(folder, (), ())]:
         for path in [directory] + [os.path.join(directory, name) for name in folders + files]:
             seen += 1
@@ -7420,12 +7421,9 @@ def kit_changeable(folder, platform=PLATFORM):
                 status = os.lstat(path)
             except OSError:
                 continue
-            import stat
-            if status.st_uid not in trusted:
-                return "%s belongs to another user (uid %d)" % (shown_path(path), status.st_uid)
-            if others_can_write(status, platform) and not stat.S_ISLNK(status.st_mode):
-                return "%s can be written by group or others (mode %04o)" % (
-                    shown_path(path), status.st_mode & 0o7777)
+            why = changed_by_others(status, platform, mode=not stat.S_ISLNK(status.st_mode))
+            if why:
+                return "%s %s" % (shown_path(path), why)
     return None
 
 

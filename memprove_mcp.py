@@ -3975,28 +3975,49 @@ def cap_line(line):
     return line, False
 
 
+# The words a Pack line puts around its texts (pack.md), spelt once: the
+# lines built one by one, the same lines in bulk, and the query's sifting
+# (which words and characters a line adds to its texts) all read them here.
+LINE = {
+    "claim": "- c%d ",                          # then the claim's text
+    "state": " (%s)",                           # a decision's state
+    "because": " Because: ",                    # then its rationale
+    "instead": " Instead of: ",                 # then its alternatives, ALTERNATIVES-joined
+    "evidence": " [%s]",                        # the labels, EVIDENCE-joined
+    "passed": "- %s passed %s (%s)",            # label, command, finishing time
+    "failed": "- %s failed (exit %s) %s (%s)",  # label, exit code, command, finishing time
+}
+ALTERNATIVES, EVIDENCE = "; ", ", "
+
+
+def line_words(key):
+    """The words LINE[key] adds to a line, casefolded and joined by spaces."""
+    bare = LINE[key].replace("%s", " ").replace("%d", " ")
+    return " ".join("".join(char if char.isalpha() else " " for char in bare).casefold().split())
+
+
 def claim_line(claim):
-    line = "- c%d %s" % (claim["number"], fold(claim.get("text")))
+    line = LINE["claim"] % claim["number"] + fold(claim.get("text"))
     if claim.get("kind") == "decision":
-        line += " (%s)" % fold(claim.get("decision_state"))
+        line += LINE["state"] % fold(claim.get("decision_state"))
         rationale = fold(claim.get("rationale"))
         if rationale:
-            line += " Because: " + rationale
+            line += LINE["because"] + rationale
         alternatives = [alt for alt in map(fold, claim.get("alternatives") or ()) if alt]
         if alternatives:
-            line += " Instead of: " + "; ".join(alternatives)
+            line += LINE["instead"] + ALTERNATIVES.join(alternatives)
     evidence = claim.get("evidence")
     if evidence:
-        line += " [" + ", ".join(map(fold, evidence)) + "]"
+        line += LINE["evidence"] % EVIDENCE.join(map(fold, evidence))
     return line
 
 
 def run_line(run):
     if run.get("passed") is True:
-        return "- %s passed %s (%s)" % (fold(run["label"]), fold(run.get("command")),
-                                        fold(run.get("finished_at")))
-    return "- %s failed (exit %s) %s (%s)" % (fold(run["label"]), run.get("exit_code"),
-                                              fold(run.get("command")), fold(run.get("finished_at")))
+        return LINE["passed"] % (fold(run["label"]), fold(run.get("command")),
+                                 fold(run.get("finished_at")))
+    return LINE["failed"] % (fold(run["label"]), run.get("exit_code"), fold(run.get("command")),
+                             fold(run.get("finished_at")))
 
 
 def candidate_line(section, record):
@@ -4080,7 +4101,7 @@ def claim_lines(claims, decisions=False):
     tails = claim_tails(claims, decisions)
     # Concatenation copies a long text once; "%s" formatting grows its buffer
     # as it goes, and an empty tail costs `+` nothing.
-    prefixes = ["- c%d " % claim["number"] for claim in claims]
+    prefixes = [LINE["claim"] % claim["number"] for claim in claims]
     return [prefix + text + tail for prefix, text, tail in zip(prefixes, texts, tails)]
 
 
@@ -4096,8 +4117,10 @@ def evidence_tails(evidences):
     """The ` [labels]` ending each claim's line, or "" for a claim without evidence."""
     from itertools import chain
     if folded_already(list(chain.from_iterable(filter(None, evidences)))):
-        return [" [" + ", ".join(evidence) + "]" if evidence else "" for evidence in evidences]
-    return [" [" + ", ".join(map(fold, evidence)) + "]" if evidence else "" for evidence in evidences]
+        return [LINE["evidence"] % EVIDENCE.join(evidence) if evidence else ""
+                for evidence in evidences]
+    return [LINE["evidence"] % EVIDENCE.join(map(fold, evidence)) if evidence else ""
+            for evidence in evidences]
 
 
 def decision_tails(decisions):
@@ -4107,13 +4130,13 @@ def decision_tails(decisions):
     alternatives = [decision.get("alternatives") or () for decision in decisions]
     every = [alternative for listed in alternatives for alternative in listed]
     if not folded_already(every):
-        instead = ["; ".join(filter(None, map(fold, listed))) for listed in alternatives]
+        instead = [ALTERNATIVES.join(filter(None, map(fold, listed))) for listed in alternatives]
     elif "" in every:
-        instead = ["; ".join(filter(None, listed)) for listed in alternatives]
+        instead = [ALTERNATIVES.join(filter(None, listed)) for listed in alternatives]
     else:
-        instead = list(map("; ".join, alternatives))
-    return [" (%s)%s%s" % (state, " Because: " + because if because else "",
-                           " Instead of: " + others if others else "")
+        instead = list(map(ALTERNATIVES.join, alternatives))
+    return [LINE["state"] % state + (LINE["because"] + because if because else "") +
+            (LINE["instead"] + others if others else "")
             for state, because, others in zip(states, rationales, instead)]
 
 
@@ -4122,8 +4145,8 @@ def run_lines(runs):
     labels = fold_all([run["label"] for run in runs])
     commands = fold_all([run.get("command") for run in runs])
     ends = fold_all([run.get("finished_at") for run in runs])
-    return ["- %s passed %s (%s)" % (label, command, end) if run.get("passed") is True
-            else "- %s failed (exit %s) %s (%s)" % (label, run.get("exit_code"), command, end)
+    return [LINE["passed"] % (label, command, end) if run.get("passed") is True
+            else LINE["failed"] % (label, run.get("exit_code"), command, end)
             for run, label, command, end in zip(runs, labels, commands, ends)]
 
 
@@ -4240,8 +4263,13 @@ def by_number(numbers, claims, descending=False):
 # Checking that 10,000 texts are folded costs more than searching them, and
 # most lines do not match: a line is built only when the budget reaches it.
 
-NUMBERED = frozenset("-c0123456789")         # the characters of `- c12 ` but its spaces
-JOINING = frozenset(" ()[];,:")              # what a line puts between its texts, but words
+# The characters of a claim's `- c12 ` but its spaces; what a line puts
+# between its texts, but words (its templates' and joiners' other characters);
+# the words it adds, by what adds them.
+NUMBERED = frozenset(LINE["claim"].replace("%d", "0123456789")) - {" "}
+JOINING = frozenset("".join(LINE.values()).replace("%s", "").replace("%d", "") + ALTERNATIVES +
+                    EVIDENCE) - NUMBERED - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+LINE_WORDS = dict((key, line_words(key)) for key in ("because", "instead", "passed", "failed"))
 
 
 def matching_candidates(sections, records, tokens):
@@ -4310,7 +4338,7 @@ def claims_searched(claims, decisions, texts_folded, numbered):
     tails = claim_tails(claims, decisions)
     numbers = [claim["number"] for claim in claims]
     if numbered or set(map(type, numbers)) - {int}:
-        texts = ["- c%d " % number + text for number, text in zip(numbers, texts)]
+        texts = [LINE["claim"] % number + text for number, text in zip(numbers, texts)]
     return [(text + tail).casefold() for text, tail in zip(texts, tails)]
 
 
@@ -4411,7 +4439,8 @@ def sifted(sections, records, tokens):
         raise TypeError("a text fold cuts: its line must be searched")
     texts = list(map(str.casefold, texts))
     found = [index for index, text in enumerate(texts) if tokens[0] in text]
-    if not any(token in labels or token in "because instead of passed failed exit" for token in tokens):
+    words = " ".join(LINE_WORDS.values())
+    if not any(token in labels or token in words for token in tokens):
         for token in tokens[1:]:              # each candidate's one text holds every token, or it is out
             found = [index for index in found if token in texts[index]]
         return found
@@ -4422,14 +4451,14 @@ def sifted(sections, records, tokens):
         if token in labels:
             found += [index for index, evidence in enumerate(evidences)
                       if evidence and token in "\n".join(evidence).casefold()]
-        if token in "because":
+        if token in LINE_WORDS["because"]:
             found += [start + index for index, rationale in enumerate(rationales) if rationale.strip()]
-        if token in "instead of":
+        if token in LINE_WORDS["instead"]:
             found += [start + index for index, listed in enumerate(alternatives)
                       if any(alternative.strip() for alternative in listed)]
-        if token in "passed":
+        if token in LINE_WORDS["passed"]:
             found += [runs_start + index for index, ok in enumerate(passed) if ok]
-        if token in "failed exit":
+        if token in LINE_WORDS["failed"]:
             found += [runs_start + index for index, ok in enumerate(passed) if not ok]
         possible = set(found) if possible is None else possible.intersection(found)
     return sorted(possible)

@@ -22,6 +22,7 @@ meets a daemon that never answers must merely end by itself (a generous safety b
 """
 
 import json
+import ntpath
 import os
 import re
 import shlex
@@ -1394,6 +1395,244 @@ def test_rule32_is_absolute_names_a_drive_and_a_root_on_windows(platform, path, 
     Windows a drive and its root (or a share), never `C:x` (relative to C:'s current folder)
     or `\\x` (relative to the current drive)."""
     assert mp.is_absolute(path, platform) is absolute
+
+
+# =============================================================================
+# The kit's Windows hook forms for awkward folders: run under Wine, or modelled
+# =============================================================================
+# Each form as hook_handler(..., "win32") writes it, for the kit's words in a folder a Windows
+# user may well have: Codex's `commandWindows` run by cmd.exe and Claude Code's `command` +
+# `args` started with no shell, both under Wine into a Windows python.exe that prints the
+# arguments it split for itself; Gemini's PowerShell line read by a model of PowerShell's
+# parser (no PowerShell runs here: Wine's is a stub).  Not `"` (no Windows name holds one)
+# nor `%` (refused: cmd.exe expands it even between double quotes; the first test).
+
+WINDOWS_FOLDERS = {
+    "space": "my kits", "two-spaces": "two  spaces", "quote": "ana's", "ampersand": "R&D",
+    "caret": "x^y", "bang": "wow!", "parentheses": "kits (2)", "comma": "a,b",
+    "semicolon": "a;b", "equals": "a=b", "accent": "Zo\u00eb", "cjk": "\u65e5\u672c",
+    "typographic-quote": "it\u2019s", "typographic-quotes": "\u2018quoted\u201b\u201a",
+    "all-at-once": "R&D (ana's) x^y!,;= Zo\u00eb \u65e5\u672c \u2019",
+}
+
+
+def kit_words(python, folder, program=None):
+    """The words the kit writes for its hook (kit["hook_words"]): the interpreter, the .pyz
+    in the kit's folder `folder` (or `program`), the hook, the configuration directory."""
+    return [python, program or ntpath.join(folder, "memprove", "memprove_mcp.pyz"),
+            "mcp", "hook", "session-start", "--config-dir", ntpath.join(folder, "config")]
+
+
+def test_rule36_cmd_expands_and_hook_refusal_refuse_a_percent_in_a_windows_hook():
+    """A `%` in a Windows path is refused where cmd.exe runs the hook (Codex's
+    commandWindows): cmd expands it even between double quotes.  Neither the other clients'
+    forms on Windows nor sh elsewhere refuse it; no folder of WINDOWS_FOLDERS is refused."""
+    words = kit_words("C:\\Python313\\python.exe", "C:\\Users\\ana\\100%")
+    assert mp.cmd_expands(words, ("claude-code", "codex"), "win32") == (words[1], "codex")
+    assert mp.cmd_expands(words, ("codex",), "win32") == (words[1], "codex")
+    assert mp.cmd_expands(words, ("gemini",), "win32") is None
+    assert mp.cmd_expands(words, ("claude-code", "codex"), "linux") is None
+    line = mp.hook_refusal("codex", words, "win32")
+    assert line and "%" in line and "cmd.exe" in line and "Codex CLI" in line, line
+    assert mp.hook_refusal("claude-code", words, "win32") is None
+    assert mp.hook_refusal("gemini", words, "win32") is None
+    assert mp.hook_refusal("codex", words, "linux") is None
+    for folder in WINDOWS_FOLDERS.values():
+        awkward = kit_words("C:\\Users\\%s\\python.exe" % folder, "C:\\Users\\" + folder)
+        for client in ("claude-code", "codex", "gemini"):
+            assert mp.hook_refusal(client, awkward, "win32") is None, (client, folder)
+
+
+# Written into a folder of the awkward name as the hook's "program" (the .pyz's place): the
+# arguments python.exe split from its command line itself, by the C runtime's rules (the
+# interpreter's own path first), and Python's sys.argv from them.
+ARGV_SCRIPT = r'''
+import ctypes, json, sys
+crt = ctypes.CDLL("ucrtbase")
+crt.__p___argc.restype = ctypes.POINTER(ctypes.c_int)
+crt.__p___wargv.restype = ctypes.POINTER(ctypes.POINTER(ctypes.c_wchar_p))
+argv = [crt.__p___wargv()[0][index] for index in range(crt.__p___argc()[0])]
+sys.stdout.buffer.write(json.dumps({"argv": argv, "sys.argv": sys.argv}).encode("utf-8"))
+'''
+
+# Run by the Windows Python: each run either a `cmd` line, started as Codex starts a
+# commandWindows (CreateProcess of "%COMSPEC%" /C and the line, verbatim), or an `argv`,
+# started as Claude Code starts `command` + `args` (CreateProcess, no shell; the arguments
+# quoted by the MSVC rules, as Node's spawn quotes them); report what each printed.
+FORMS_LAUNCHER = r'''
+import json, os, subprocess, sys
+with open(sys.argv[1], encoding="utf-8") as file:
+    runs = json.load(file)
+reports = []
+for run in runs:
+    if "cmd" in run:
+        started = '"%s" /C %s' % (os.environ.get("COMSPEC", "cmd.exe"), run["cmd"])
+    else:
+        started = run["argv"]
+    done = subprocess.run(started, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=120)
+    reports.append({"returncode": done.returncode, "stdout": done.stdout.decode("utf-8", "replace"),
+                    "stderr": done.stderr.decode("utf-8", "replace")})
+sys.stdout.buffer.write(json.dumps(reports).encode("utf-8"))
+'''
+
+
+def windows_words_in(win, tmp_path, folder):
+    """The kit's words for a kit in a real folder named `folder` (under `tmp_path`, as the
+    Windows Python names it: Z:\\tmp\\...), with ARGV_SCRIPT in the .pyz's place: once with
+    the interpreter where it is, once reached through that folder (a link to its own), so
+    the line starts with a quoted program where the name needs quotes.  Not through a folder
+    holding `;`: Wine's loader then finds no python3X.dll beside the program (0xC0000135,
+    with no shell as with cmd.exe), whatever the quoting."""
+    place = tmp_path / "kits" / folder
+    (place / "memprove").mkdir(parents=True)
+    (place / "memprove" / "argv.py").write_text(ARGV_SCRIPT)
+    base = ntpath.join(win.path(tmp_path), "kits", folder)
+    script = ntpath.join(base, "memprove", "argv.py")
+    assert win.executable.startswith("Z:\\"), win.executable     # Wine's Z: is /
+    words = [kit_words(win.executable, base, script)]
+    if ";" not in folder:
+        os.symlink(ntpath.dirname(win.executable)[2:].replace("\\", "/"), str(place / "Python"))
+        words.append(kit_words(ntpath.join(base, "Python", ntpath.basename(win.executable)),
+                               base, script))
+    return words
+
+
+def run_windows_forms(win, tmp_path, runs):
+    """FORMS_LAUNCHER's reports for `runs`, under the Windows Python (one Wine process)."""
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(FORMS_LAUNCHER)
+    spec = tmp_path / "runs.json"
+    spec.write_text(json.dumps(runs))
+    done = subprocess.run([win.python, str(launcher), str(spec)], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(tmp_path),
+                          timeout=SAFETY_TIMEOUT * 4)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.decode("utf-8"))
+
+
+def assert_ran_the_words(report, words, started):
+    assert report["returncode"] == 0 and report["stdout"], (started, report)
+    seen = json.loads(report["stdout"])
+    assert seen["argv"] == words, (started, seen["argv"])
+    assert seen["sys.argv"] == words[1:], (started, seen["sys.argv"])
+
+
+@pytest.mark.parametrize("folder", list(WINDOWS_FOLDERS.values()), ids=list(WINDOWS_FOLDERS))
+def test_codexs_commandwindows_runs_the_kits_words_under_cmd(win, tmp_path, folder):
+    """The plugin's handler on Windows (for Claude Code and Codex): its `commandWindows`,
+    given to cmd.exe as Codex gives it (`cmd /C LINE`, the line verbatim after /C), runs the
+    interpreter with exactly the kit's words, as the interpreter splits its command line
+    itself: cmd's quote stripping, `&`, `^`, `(`, `)`, `,`, `;`, `=` and `!` (no delayed
+    expansion, cmd's default) all carried through.  The cmd.exe here is Wine's own (it
+    follows `cmd /?`'s rule for the quotes of a /C line), not Microsoft's."""
+    sets = windows_words_in(win, tmp_path, folder)
+    lines = [mp.hook_handler(words, ("claude-code", "codex"), "win32")["commandWindows"]
+             for words in sets]
+    reports = run_windows_forms(win, tmp_path, [{"cmd": line} for line in lines])
+    for words, line, report in zip(sets, lines, reports):
+        assert_ran_the_words(report, words, line)
+
+
+@pytest.mark.parametrize("folder", list(WINDOWS_FOLDERS.values()), ids=list(WINDOWS_FOLDERS))
+def test_claude_codes_command_and_args_start_the_kits_words_with_no_shell(win, tmp_path,
+                                                                         folder):
+    """The plugin's handler on Windows: its `command` and `args`, which Claude Code starts
+    with no shell (CreateProcess of the interpreter, the arguments quoted by the MSVC rules),
+    start the interpreter with exactly the kit's words, as the interpreter splits them."""
+    sets = windows_words_in(win, tmp_path, folder)
+    handlers = [mp.hook_handler(words, ("claude-code", "codex"), "win32") for words in sets]
+    reports = run_windows_forms(win, tmp_path, [{"argv": [handler["command"]] + handler["args"]}
+                                                for handler in handlers])
+    for words, handler, report in zip(sets, handlers, reports):
+        assert_ran_the_words(report, words, handler)
+
+
+# -- a model of PowerShell reading the call operator's line -------------------------------
+# Written for these tests from PowerShell's language specification (§2.3.5.2: a verbatim
+# string is single-quoted, a quote doubled inside it stands for one, and U+2018 to U+201B
+# are single quotes too; nothing inside one is expanded), not from the module's reader
+# (powershell_words), which would only agree with its own writer.
+
+POWERSHELL_SINGLE_QUOTES = "'\u2018\u2019\u201a\u201b"
+# A bare argument PowerShell passes as written: a plain word, or an option whose name holds
+# no `.` (PowerShell ends a parameter's name there and would pass `-a.b` as two).
+POWERSHELL_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*\Z|--?[A-Za-z][A-Za-z0-9_-]*\Z")
+
+
+def powershell_call(line):
+    """(words, outside) of `& ARG ARG ...` as PowerShell reads it: each ARG a verbatim
+    string or a POWERSHELL_PLAIN word, `outside` the text outside the strings; ValueError
+    for anything else (a double-quoted, expandable string, `$`, a backquote, an operator...)."""
+    if not line.startswith("& "):
+        raise ValueError("no call operator: %r" % line)
+    words, outside, index = [], ["& "], 2
+    while index < len(line):
+        if line[index] in " \t":
+            outside.append(line[index])
+            index += 1
+            continue
+        if line[index] in POWERSHELL_SINGLE_QUOTES:
+            word, index = [], index + 1
+            while True:
+                if index >= len(line):
+                    raise ValueError("a string without its end: %r" % line)
+                if line[index] in POWERSHELL_SINGLE_QUOTES:
+                    if index + 1 < len(line) and line[index + 1] in POWERSHELL_SINGLE_QUOTES:
+                        word.append(line[index + 1])
+                        index += 2
+                        continue
+                    index += 1
+                    break
+                word.append(line[index])
+                index += 1
+            if index < len(line) and line[index] not in " \t":
+                raise ValueError("text after a string: %r" % line[index:])
+            words.append("".join(word))
+            continue
+        end = index
+        while end < len(line) and line[end] not in " \t":
+            end += 1
+        if not POWERSHELL_PLAIN.match(line[index:end]):
+            raise ValueError("not a plain word: %r" % line[index:end])
+        words.append(line[index:end])
+        outside.append(line[index:end])
+        index = end
+    return words, "".join(outside)
+
+
+@pytest.mark.parametrize("folder", list(WINDOWS_FOLDERS.values()), ids=list(WINDOWS_FOLDERS))
+def test_geminis_powershell_line_reads_back_as_the_kits_words(folder):
+    """The extension's handler on Windows (Gemini CLI, which runs `command` with
+    PowerShell): the call operator's line reads back, by a model of PowerShell's parser
+    (above), as exactly the kit's words, and nothing in it is live outside a verbatim string
+    (no `$`, backquote, parenthesis, brace, `;`, `|`, `@`, `#`, `<`, `>`, `,` or double
+    quote), so PowerShell expands nothing.  No PowerShell runs here: Wine's is a stub."""
+    base = "C:\\Users\\" + folder
+    words = kit_words(ntpath.join(base, "Python313", "python.exe"), base)
+    handler = mp.hook_handler(words, ("gemini",), "win32")
+    assert set(handler) == {"type", "command"}, handler
+    read, outside = powershell_call(handler["command"])
+    assert read == words, handler["command"]
+    assert re.match(r"[& \tA-Za-z0-9_.-]*\Z", outside), outside
+
+
+@pytest.mark.parametrize("line", [
+    "& 'C:\\a b\\python.exe' 'it''s'",                     # the control: it reads
+    "& 'C:\\a b\\python.exe' 'it's'", "& 'C:\\a b\\python.exe' 'it\u2019s'",
+    "& 'C:\\a b\\python.exe' \"$HOME\"", "& 'C:\\a b\\python.exe' $HOME",
+    "& 'C:\\a b\\python.exe' a`b", "& 'C:\\a b\\python.exe' -a.b",
+    "& 'C:\\a b\\python.exe' 'x'; calc", "& 'C:\\a b\\python.exe' (calc)",
+    "'C:\\a b\\python.exe' mcp", "& 'C:\\a b\\python.exe' 'x'y"])
+def test_the_powershell_model_refuses_what_powershell_would_read_otherwise(line):
+    """The model itself: a quote not doubled, a typographic one not doubled, a double-quoted
+    or bare `$`, a backquote, a dotted option, an operator, no call operator, text glued to
+    a string: refused (the first line, the control, reads)."""
+    if line.endswith("'it''s'"):
+        assert powershell_call(line)[0] == ["C:\\a b\\python.exe", "it's"]
+        return
+    with pytest.raises(ValueError):
+        powershell_call(line)
 
 
 # =============================================================================

@@ -326,18 +326,38 @@ def usage():
                     ", ".join(CLIENT_NAMES))
 
 
-class UsageError(Exception):
-    pass
+class Refusal(Exception):
+    """The one error of the operator's commands (the command line,
+    print-config, plugin): one line on standard error saying what is refused
+    and why, then `status` (doctor's checks, which go on, say theirs as a
+    Check instead; the server's tools, as a Problem)."""
+
+    def __init__(self, line, status=1):
+        Exception.__init__(self, line)
+        self.line, self.status = line, status
+
+
+class UsageError(Refusal):
+    """A command line that cannot be read: exit status 2, and a pointer to --help."""
+
+    def __init__(self, line):
+        Refusal.__init__(self, line + " (see --help)", 2)
+
+
+NOT_UTF8 = "a path in the entry is not valid UTF-8; no client could read it."
 
 
 def main(argv=None):
     """Run the command line; return the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        command, options = parse_command_line(argv)
-    except UsageError as error:
-        sys.stderr.write("memprove-mcp: %s (see --help)\n" % error)
-        return 2
+        return run_command(*parse_command_line(argv))
+    except Refusal as refusal:
+        sys.stderr.write("memprove-mcp: %s\n" % refusal.line)
+        return refusal.status
+
+
+def run_command(command, options):
     if command == "help":
         write_stdout_bytes(usage().encode("utf-8"))
         return 0
@@ -5077,16 +5097,16 @@ def toml_within_limits(data):
 def parsed_toml_entry(data, keys):
     """The entry of a TOML file read whole by tomllib, as Codex reads it: any
     layout TOML allows (inline tables, dotted keys, multi-line arrays,
-    literal strings); a file that is no TOML is said to be unreadable."""
+    literal strings); a file that is no TOML is refused, saying so."""
     tomllib = toml_parser()
     try:
         document = tomllib.loads(data)
     except (tomllib.TOMLDecodeError, RecursionError, ValueError):
-        return {"unreadable": "it is not valid TOML"}
+        raise Refusal("it is not valid TOML")
     try:
         return mapped_entry(document, ("mcp_servers", KIT_NAME))
     except RecursionError:               # an entry nested deeper than JSON can write it back
-        return {"unreadable": "its memprove entry is nested too deeply"}
+        raise Refusal("its memprove entry is nested too deeply")
 
 
 # Where no parser reads the file, layouts the line scanner cannot read as the
@@ -5101,12 +5121,12 @@ UNREADABLE = ("its layout is not one doctor reads without a parser for its forma
 
 
 def honest(entry, data, unread):
-    """A scanned entry, or {"unreadable": why} where the scanner met a layout
+    """A scanned entry, or Refusal (why) where the scanner met a layout
     it cannot read near the entry (or anywhere, when it found none but the
     file names memprove)."""
     near = entry["text"] if entry else data
     if (entry or KIT_NAME in data) and unread.search(near):
-        return {"unreadable": UNREADABLE}
+        raise Refusal(UNREADABLE)
     return entry
 
 
@@ -5998,16 +6018,13 @@ def print_config(options):
     name = options.get("client") or DEFAULT_CLIENT
     expanded = expanded_by(name, [command] + args)
     if expanded:
-        sys.stderr.write("memprove-mcp: %s\n" % expansion_refusal(name, *expanded))
-        return 1
+        raise Refusal(expansion_refusal(name, *expanded))
     try:
         text, where = client_entry(name, command, args, config_dir, os.environ,
                                    workspace and utf8_text(workspace), root)
         data = text.encode("utf-8")
     except ValueError:                 # UnicodeEncodeError too: a lone surrogate
-        sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
-                         "no client could read it.\n")
-        return 1
+        raise Refusal(NOT_UTF8)
     write_stdout_bytes(data)
     sys.stderr.write(where)
     return 0
@@ -6017,22 +6034,18 @@ def print_hook_config(name, program, options):
     """Print client `name`'s session-start hook entry for its own file."""
     record = CLIENTS[name]
     if not record.hook_variable:
-        sys.stderr.write("memprove-mcp: %s runs no session-start hook; its model reads the "
-                         "server's instructions, which say to call pack first.\n" % name)
-        return 1
+        raise Refusal("%s runs no session-start hook; its model reads the server's "
+                      "instructions, which say to call pack first." % name)
     words = [utf8_text(os.path.abspath(sys.executable)), utf8_text(program), "mcp", "hook",
              "session-start"] + [utf8_text(word) for word in options]
     refusal = hook_refusal(name, words)
     if refusal:
-        sys.stderr.write("memprove-mcp: %s\n" % refusal)
-        return 1
+        raise Refusal(refusal)
     try:
         text = json_text(hook_document(hook_handler(words + ["--client", name], (name,))))
         data = text.encode("utf-8")
     except ValueError:
-        sys.stderr.write("memprove-mcp: a path in the entry is not valid UTF-8; "
-                         "no client could read it.\n")
-        return 1
+        raise Refusal(NOT_UTF8)
     path = place_path(*record.hook_files[-1], environ=os.environ, root=None)
     write_stdout_bytes(data)
     sys.stderr.write("memprove-mcp: merge this into %s: its SessionStart list, beside any hook "
@@ -6270,20 +6283,15 @@ def zip_bytes(entries):
 def plugin(options):
     """Write the kit into options["folder"] and print how to install it."""
     folder = os.path.abspath(os.path.expanduser(options["folder"]))
-    try:
-        kit = kit_values(options, folder)
-        refusal = kit_refusal(kit, folder)
-    except ValueError as error:
-        refusal = str(error)
+    kit = kit_values(options, folder)
+    refusal = kit_folder_refusal(folder)
     if refusal:
-        sys.stderr.write("memprove-mcp: %s\n" % refusal)
-        return 1
+        raise Refusal(refusal)
     try:
         write_kit(kit, folder)
     except OSError as error:
-        sys.stderr.write("memprove-mcp: the kit could not be written in %s (%s); nothing "
-                         "changed there.\n" % (shown_path(folder), error.strerror or "error"))
-        return 1
+        raise Refusal("the kit could not be written in %s (%s); nothing changed there."
+                      % (shown_path(folder), error.strerror or "error"))
     write_stdout_bytes(kit["commands"].encode("utf-8"))
     token = os.path.join(kit["config_dir"], "token")
     without = [client.label for client in CLIENTS.values()
@@ -6297,12 +6305,12 @@ def plugin(options):
 
 
 def kit_values(options, folder):
-    """What every file of the kit is made from; ValueError (its message the
-    line to print) when it cannot be made here."""
+    """What every file of the kit is made from; Refusal when it cannot be
+    made here, or a value in it is one no client could read as written."""
     loader = globals().get("__loader__")
     if not getattr(loader, "archive", None):
-        raise ValueError("mcp plugin copies the .pyz it runs from: run it as "
-                         "`python3 memprove_mcp.pyz mcp plugin DIR`.")
+        raise Refusal("mcp plugin copies the .pyz it runs from: run it as "
+                      "`python3 memprove_mcp.pyz mcp plugin DIR`.")
     with open(loader.archive, "rb") as handle:
         archive = handle.read()
     config_dir = utf8_text(config_directory(options.get("config_dir"), os.environ))
@@ -6315,6 +6323,9 @@ def kit_values(options, folder):
            "environ": dict(os.environ)}
     kit["hook_words"] = [kit["python"], os.path.join(kit["folder"], KIT_NAME, KIT_ARCHIVE),
                          "mcp", "hook", "session-start"] + args[2:]
+    refusal = kit_value_refusal(kit, folder)
+    if refusal:
+        raise Refusal(refusal)
     kit["version"] = kit_version(kit)
     kit["commands"] = kit_commands(folder, kit["version"])
     return kit
@@ -6334,8 +6345,8 @@ def kit_version(kit):
 KIT_UNVERSIONED = (".mcp.json", "mcp.json", KIT_GEMINI_CONTEXT, "hooks.json")
 
 
-def kit_refusal(kit, folder):
-    """The line that refuses to write the kit, or None."""
+def kit_value_refusal(kit, folder):
+    """The line that refuses a value of the kit, or None."""
     for value in [kit["python"], kit["config_dir"]] + kit["args"] + [folder]:
         try:
             reject_surrogates(value)
@@ -6354,7 +6365,7 @@ def kit_refusal(kit, folder):
             # The folder too: every client reads it in the hook's command.
             if marker:
                 return expansion_refusal(name, value, marker)
-    return kit_folder_refusal(folder)
+    return None
 
 
 def kit_folder_refusal(folder, platform=PLATFORM):
@@ -6725,15 +6736,26 @@ def log_hook(outcome, started):
 # tool call will take it.  Every rule comes from the server's own functions
 # (the configuration of section 8, the context files of section 9, the
 # per-call object's daemon request) and the clients' records, so doctor and
-# the server cannot disagree.  Each check returns (status, code, detail, fix),
-# or None where it does not apply to the client, and may note what it
-# resolved on the Findings for a later check; a check whose inputs failed is
-# `skip`.  Doctor writes no file, sends one read, and never shows the token:
-# it is held only to be compared and sent.  Fix lines are written for the
+# the server cannot disagree.  Each check returns a Check, or None where it
+# does not apply to the client, and may note what it resolved on the
+# Findings for a later check; a check whose inputs failed (the checks its row
+# of DOCTOR_CHECKS needs) is `skip`, or says they failed.  Doctor writes no
+# file, sends one read, and never shows the token: it is held only to be
+# compared and sent.  Fix lines are written for the
 # shell of the platform (SHELLS), with real paths.
 
 NEWEST_TESTED = (3, 15)              # the newest Python this release was tested on
 INTERPRETER = Pattern(r"(?i)(python|pypy|py)[0-9.]*w?(\.exe)?\Z")   # pythonw.exe, pyw.exe too
+
+
+class Check(object):
+    """What one doctor check found: `ok`, `warn`, `fail` or `skip`; the
+    Problem's code or one of doctor's own (None for none); the detail; the
+    fix (None: nothing to do)."""
+    __slots__ = ("status", "code", "detail", "fix")
+
+    def __init__(self, status, code, detail, fix=None):
+        self.status, self.code, self.detail, self.fix = status, code, detail, fix
 
 
 class Findings(object):
@@ -6749,6 +6771,7 @@ class Findings(object):
         self.program = this_program()              # the .pyz doctor runs from
         self.server_environ = environ              # what the client starts a server with
         self.failed = set()                        # the names of the checks that failed
+        self.unmet = []                            # those of them the running check needs
         self.config_dir = None                     # check_config_dir
         self.token = self.token_file = None        # check_token: the token, its file
         self.data_dir = None                       # check_data_dir
@@ -6769,22 +6792,22 @@ def doctor(options, platform=PLATFORM):
     found = Findings(options, dict(os.environ), platform)
     found.server_environ = server_environment(found)
     checks = []
-    for name, check in DOCTOR_CHECKS:
+    for name, check, needs in DOCTOR_CHECKS:
+        found.unmet = [need for need in needs if need in found.failed]
         try:
             outcome = check(found)
             if outcome is None:          # a check that does not apply to this client
                 continue
-            status, code, detail, fix = outcome
         except Exception as error:
             # A doctor that dies hides every later check; say which broke, never
             # the message (it could hold a value).
-            status, code, fix = "fail", "internal_error", "report this as a bug in mcp doctor"
-            detail = "the check failed unexpectedly (%s)" % type(error).__name__
-        if status == "fail":
+            outcome = Check("fail", "internal_error", "the check failed unexpectedly (%s)"
+                            % type(error).__name__, "report this as a bug in mcp doctor")
+        if outcome.status == "fail":
             found.failed.add(name)
-        checks.append({"name": name, "status": status, "code": code,
-                       "detail": one_line(without_token(detail, found)),
-                       "fix": one_line(without_token(fix, found))})
+        checks.append({"name": name, "status": outcome.status, "code": outcome.code,
+                       "detail": one_line(without_token(outcome.detail, found)),
+                       "fix": one_line(without_token(outcome.fix, found))})
     failed = any(check["status"] == "fail" for check in checks)
     if options.get("json"):
         text = json_text({"ok": not failed, "checks": checks})
@@ -6807,7 +6830,7 @@ def server_environment(found):
         entry = find_client_entry(name, probe)[1] or find_kit_entry(name, probe)[1]
     except Exception:                    # the client check says what is wrong with it
         entry = None
-    if entry and "unreadable" not in entry:
+    if entry:
         entry_env = dict((key, value) for key, value in entry["env"].items()
                          if isinstance(value, str))
         names = [value for key, value in entry["keyed"] if key == "env_vars" and
@@ -6912,9 +6935,9 @@ def check_python(found):
     if sys.version_info[:2] > NEWEST_TESTED:
         newest = "%d.%d" % NEWEST_TESTED
         python = PLATFORMS[found.platform]["versioned_python"].format(newest)
-        return ("warn", None, detail + ", newer than the newest this release was tested on (%s)"
+        return Check("warn", None, detail + ", newer than the newest this release was tested on (%s)"
                 % newest, doctor_command(found, "mcp", "print-config", "--python", python=python))
-    return "ok", None, detail, None
+    return Check("ok", None, detail, None)
 
 
 def interpreter_origin(found):
@@ -6941,17 +6964,17 @@ def check_environment(found):
         return None
     remedy = fix(found, "set", name="MEMPROVE_MCP_LOG", value=example(found, "log"))
     if not os.path.isabs(value):
-        return ("warn", None, "MEMPROVE_MCP_LOG is %s, a relative path, so nothing is logged: "
+        return Check("warn", None, "MEMPROVE_MCP_LOG is %s, a relative path, so nothing is logged: "
                 "it would land in whatever project a client starts in" % shown_path(value), remedy)
     try:
         status = os.lstat(value)
     except OSError:
         if os.path.isdir(os.path.dirname(value)):
             return None                  # made by the first line written
-        return ("warn", None, "MEMPROVE_MCP_LOG names %s, whose folder does not exist, so "
+        return Check("warn", None, "MEMPROVE_MCP_LOG names %s, whose folder does not exist, so "
                 "nothing is logged" % shown_path(value), remedy)
     if is_link(status) or not appendable(status):
-        return ("warn", None, "MEMPROVE_MCP_LOG names %s, which is not a regular file of yours "
+        return Check("warn", None, "MEMPROVE_MCP_LOG names %s, which is not a regular file of yours "
                 "with one name (a link, a hard link, a FIFO, a folder, a device or another "
                 "user's file), so nothing is logged" % shown_path(value), remedy)
     return None
@@ -6963,7 +6986,7 @@ def check_config_dir(found):
     found.config_dir = directory
     detail = "%s (from %s)" % (shown_path(directory), source)
     if not os.path.isdir(directory):
-        return "warn", None, detail + " does not exist", fix(found, "mkdir", path=directory)
+        return Check("warn", None, detail + " does not exist", fix(found, "mkdir", path=directory))
     environ = found.server_environ
     read = [name for name, used in (("token", token_source(environ, directory)[0] == "config"),
                                     ("data-dir", not environ.get("MEMPROVE_DATA_DIR"))) if used]
@@ -6980,9 +7003,9 @@ def check_config_dir(found):
             remedy = "use a configuration directory only you can change: %s, then %s" % (
                 fix(found, "mkdir", path=private),
                 fix(found, "set", name="MEMPROVE_CONFIG_DIR", value=private))
-        return ("fail", "config_dir_unsafe", "%s is not believed, so what it holds counts as "
+        return Check("fail", "config_dir_unsafe", "%s is not believed, so what it holds counts as "
                 "absent: %s" % (detail, why[0].lower() + why[1:]), remedy)
-    return "ok", None, detail, None
+    return Check("ok", None, detail, None)
 
 
 def check_token(found):
@@ -6992,12 +7015,12 @@ def check_token(found):
     try:
         token, too_open = read_token(environ, config_dir, found.platform)
     except Problem as problem:
-        return ("fail", problem.code) + token_failure(found, problem, source, path, where)
+        return Check("fail", problem.code, *token_failure(found, problem, source, path, where))
     found.token, found.token_file = token, path
     if too_open:
-        return ("warn", None, "from %s, well formed, but the file is open to group or others"
+        return Check("warn", None, "from %s, well formed, but the file is open to group or others"
                 % where, fix(found, "private", path=path))
-    return "ok", None, "from %s, well formed" % where, None
+    return Check("ok", None, "from %s, well formed" % where, None)
 
 
 def token_failure(found, problem, source, path, where):
@@ -7043,15 +7066,15 @@ def check_data_dir(found):
         named = os.path.join(config_dir, "data-dir")
         if found.environ.get("MEMPROVE_DATA_DIR"):
             # Set in this shell, but the client does not pass it on: the file works for all.
-            return ("fail", "data_dir_missing", "MEMPROVE_DATA_DIR is set in this shell, but %s "
+            return Check("fail", "data_dir_missing", "MEMPROVE_DATA_DIR is set in this shell, but %s "
                     "does not pass it to its servers, and %s names none" % (
                         found.client, shown_path(named)),
                     fix(found, "write", value=found.environ["MEMPROVE_DATA_DIR"], path=named))
         if problem.hint:                 # §6 rule 31: there, but not believed
-            return ("fail", "data_dir_missing", "%s is not believed: %s" % (
+            return Check("fail", "data_dir_missing", "%s is not believed: %s" % (
                 shown_path(named), problem.hint[0].lower() + problem.hint[1:]),
                 "see the fix of the config_dir check above")
-        return ("fail", "data_dir_missing", "not set: MEMPROVE_DATA_DIR is empty and %s names none"
+        return Check("fail", "data_dir_missing", "not set: MEMPROVE_DATA_DIR is empty and %s names none"
                 % shown_path(named), set_it)
     found.data_dir = data_dir
     detail = "%s (from %s)" % (shown_path(data_dir), source)
@@ -7059,8 +7082,8 @@ def check_data_dir(found):
         remedy = set_it if source != "config" else fix(
             found, "write", value=example(found, "data_dir"),
             path=os.path.join(config_dir, "data-dir"))
-        return "fail", "data_dir_missing", detail + " is not a directory", remedy
-    return "ok", None, detail, None
+        return Check("fail", "data_dir_missing", detail + " is not a directory", remedy)
+    return Check("ok", None, detail, None)
 
 
 def check_workspace(found):
@@ -7072,14 +7095,14 @@ def check_workspace(found):
     project = example(found, "project")
     elsewhere = "cd %s, or give it: --workspace %s" % (project, project)
     if workspace.problem:
-        return ("fail", workspace.problem, "%s (found by %s)%s cannot be used: it does not exist, "
+        return Check("fail", workspace.problem, "%s (found by %s)%s cannot be used: it does not exist, "
                 "is not a directory, or its path is not UTF-8"
                 % (shown_path(workspace.root or "the start directory"), workspace.found_by, ignored),
                 elsewhere)
     root = found.root = workspace.root
     detail = "%s (found by %s)%s" % (shown_path(root), workspace.found_by, ignored)
     if not workspace.marked and marker_owned(os.path.join(root, ".memprove")) is not False:
-        return ("warn", None, detail + ", no .memprove/ yet (the first `begin` makes it)",
+        return Check("warn", None, detail + ", no .memprove/ yet (the first `begin` makes it)",
                 "call `begin` from your agent in %s" % shown_path(root))
     context, error = read_context(root)
     if error:
@@ -7094,11 +7117,11 @@ def check_workspace(found):
         else:
             remedy = "call `begin` from your agent (it moves the file aside), or: " + \
                 fix(found, "move", path=path, target=path + ".bad")
-        return ("fail", error.code, "%s, but %s%s" % (
+        return Check("fail", error.code, "%s, but %s%s" % (
             detail, whose, ": " + error.hint if error.hint else ""), remedy)
     task, session = context.get("task"), context.get("session")
     found.task = task["number"] if task else None
-    return ("ok", None, "%s, .memprove/ present, %s, %s, %d runs in runs.jsonl" % (
+    return Check("ok", None, "%s, .memprove/ present, %s, %s, %d runs in runs.jsonl" % (
         detail, "Task %d" % task["number"] if task else "no Task",
         "Session %d" % session["number"] if session else "no Session",
         sum(1 for _ in each_run(root))), None)
@@ -7118,16 +7141,15 @@ DAEMON_FIXES = {
 def check_daemon(found):
     # A context file that cannot be read leaves the Workspace usable (`begin`
     # still works), so only a Workspace without a root stops the request.
-    missing = [name for name in ("token", "data_dir") if name in found.failed]
-    missing += ["workspace"] if found.root is None else []
+    missing = found.unmet + (["workspace"] if found.root is None else [])
     if missing:
-        return "skip", None, "not tried: the %s check failed" % " and ".join(missing), None
+        return Check("skip", None, "not tried: the %s check failed" % " and ".join(missing), None)
     try:
         url = shown_path(read_daemon(found.data_dir, found.platform)[0])
     except Problem as problem:
         if problem.hint:
-            return ("fail", problem.code,) + untrusted_daemon(found, problem.hint)
-        return ("fail", problem.code, "no readable daemon.json in %s: the daemon is not running"
+            return Check("fail", problem.code, *untrusted_daemon(found, problem.hint))
+        return Check("fail", problem.code, "no readable daemon.json in %s: the daemon is not running"
                 % shown_path(found.data_dir), DAEMON_FIXES[problem.code])
     # The per-call object resolves and sends exactly as a tool call does: one
     # listTasks, a read, never retried, bounded by MEMPROVE_TIMEOUT.
@@ -7154,9 +7176,9 @@ def check_daemon(found):
             remedy += (", and put it in %s" % shown_path(found.token_file)
                        if found.token_file
                        else ": " + fix(found, "set", name="MEMPROVE_TOKEN", value="<the new token>"))
-        return "fail", problem.code, detail, remedy
-    return "ok", None, "%s answered listTasks for this Workspace: %d Task%s" % (
-        url, len(tasks), "" if len(tasks) == 1 else "s"), None
+        return Check("fail", problem.code, detail, remedy)
+    return Check("ok", None, "%s answered listTasks for this Workspace: %d Task%s" % (
+        url, len(tasks), "" if len(tasks) == 1 else "s"))
 
 
 def untrusted_daemon(found, hint):
@@ -7175,23 +7197,24 @@ def untrusted_daemon(found, hint):
 
 def check_client(found):
     name = found.client
-    place, entry, looked = find_client_entry(name, found)
-    if entry is None:
-        place, entry = find_kit_entry(name, found)
+    try:
+        place, entry, looked = find_client_entry(name, found)
+        if entry is None:
+            place, entry = find_kit_entry(name, found)
+    except Refusal as refusal:
+        return Check("warn", None, "the memprove entry in %s cannot be read: %s" % (
+            refusal.place, refusal.line), "write it as print-config prints it: %s" %
+            print_config_line(found))
     if entry is None:
         kit = " or a plugin kit" if CLIENTS[name].find_kit else ""
-        return ("warn", None, "no memprove entry for %s in %s%s" % (name, ", ".join(looked), kit),
-                add_entry_line(found, name))
-    if "unreadable" in entry:
-        return ("warn", None, "the memprove entry in %s cannot be read: %s" % (
-            place, entry["unreadable"]), "write it as print-config prints it: %s" %
-            print_config_line(found))
+        return Check("warn", None, "no memprove entry for %s in %s%s" % (
+            name, ", ".join(looked), kit), add_entry_line(found, name))
     holder = token_holder(entry, found.token)
     if holder:
         token_file = os.path.join(found.config_dir, "token")
         private = " (%s)" % fix(found, "private", path=token_file) \
             if found.shell["private"] else ""
-        return ("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
+        return Check("fail", "token_in_client_config", "the memprove entry in %s holds a token (%s)"
                 % (place, holder), "remove it: the token belongs in %s%s; the entry to use "
                 "instead: %s" % (shown_path(token_file), private, print_config_line(found)))
     if "kit" in entry and entry["kit"]["disabled"]:
@@ -7200,7 +7223,7 @@ def check_client(found):
                    key.startswith("DYLD_")), None)
     if loader:
         # §6 rule 25: the variable makes the interpreter or the loader run other code.
-        return ("fail", "client_entry_unsafe", "the memprove entry in %s sets %s, which makes "
+        return Check("fail", "client_entry_unsafe", "the memprove entry in %s sets %s, which makes "
                 "the server run other code" % (place, shown_name(loader)),
                 "remove %s from the entry's env, or write it again: %s" % (
                     shown_name(loader), print_config_line(found) if "kit" not in entry else
@@ -7211,40 +7234,40 @@ def check_client(found):
         changeable = kit_changeable(entry["kit"]["plugin"], found.platform) or \
             kit_changeable(entry_program(entry), found.platform)
         if changeable:
-            return ("fail", "client_entry_unsafe", "the memprove entry in %s comes from a kit "
+            return Check("fail", "client_entry_unsafe", "the memprove entry in %s comes from a kit "
                     "others can change: %s" % (place, changeable),
                     "write the kit again into a folder only you can change: %s" % (
                         doctor_command(found, "mcp", "plugin", example(found, "kit"))))
     command = entry["command"]
     if not command or not command_exists(command, found.environ):
-        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
+        return Check("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, shown_path(command or "no command")), print_config_line(found))
     interpreter = INTERPRETER.match(os.path.basename(command))
     if not interpreter and PLATFORMS[found.platform]["interpreter_first"] and \
             command.lower().endswith(".pyz"):
-        return ("fail", "client_command_missing", "the memprove entry in %s runs %s itself, "
+        return Check("fail", "client_command_missing", "the memprove entry in %s runs %s itself, "
                 "which Windows cannot start: it must name the interpreter" % (
                     place, shown_path(command)),
                 print_config_line(found))
     program = entry_program(entry)
     if interpreter and not os.path.exists(program):
-        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
+        return Check("fail", "client_command_missing", "the memprove entry in %s runs %s, which does "
                 "not exist" % (place, shown_path(program)), print_config_line(found))
     if "kit" in entry:
         stale = stale_kit(found, name, place, entry, program)
         if stale:
             return stale
     elif os.path.realpath(os.path.expanduser(program)) != os.path.realpath(found.program):
-        return ("warn", None, "the memprove entry in %s runs another copy of the server: %s"
+        return Check("warn", None, "the memprove entry in %s runs another copy of the server: %s"
                 % (place, shown_path(program)), print_config_line(found))
     config_dir = entry_config_dir(entry)
     if config_dir is not None and \
             os.path.abspath(os.path.expanduser(config_dir)) != found.config_dir:
-        return ("warn", None, "the memprove entry in %s uses the configuration directory %s"
+        return Check("warn", None, "the memprove entry in %s uses the configuration directory %s"
                 % (place, shown_path(config_dir)), print_config_line(found))
     copy = ", version %s" % archive_version(running_archive(found)) \
         if "kit" in entry else ""
-    return "ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None
+    return Check("ok", None, "the memprove entry in %s runs this server%s" % (place, copy), None)
 
 
 def check_hook(found):
@@ -7259,7 +7282,7 @@ def check_hook(found):
         return None
     hooks = find_hooks(name, found)
     if not hooks:
-        return ("warn", None, "%s runs no memprove session-start hook: a session starts "
+        return Check("warn", None, "%s runs no memprove session-start hook: a session starts "
                 "without the Pack unless the model calls pack" % name,
                 "write the plugin kit (%s) or add the hook: %s" % (
                     doctor_command(found, "mcp", "plugin", "<folder>"),
@@ -7267,29 +7290,28 @@ def check_hook(found):
     for place, handler, kit in hooks:
         runs = foreign_hook(handler, name, found, kit)
         if runs:
-            return ("warn", None, "the session-start hook in %s runs %s, not this server's "
+            return Check("warn", None, "the session-start hook in %s runs %s, not this server's "
                     "hook alone" % (place, runs),
                     "remove that handler; the hook to use: %s" % doctor_command(
                         found, "mcp", "print-config", "--hook", "--client", name))
     place, handler, kit = hooks[0]
     if kit and kit.get("disabled"):
         disabled = kit["disabled"]
-        return "warn", None, "the session-start hook in %s is %s" % (place, disabled[0]), disabled[1]
+        return Check("warn", None, "the session-start hook in %s is %s" % (place, disabled[0]), disabled[1])
     distrust = CLIENTS[name].hook_distrust
     untrusted = distrust and kit and distrust(found, handler)
     if untrusted:
-        return "warn", None, "the session-start hook in %s %s" % (place, untrusted[0]), untrusted[1]
-    why = [check for check in ("token", "data_dir", "workspace", "daemon")
-           if check in found.failed]
+        return Check("warn", None, "the session-start hook in %s %s" % (place, untrusted[0]), untrusted[1])
+    why = found.unmet
     if why:
-        return ("warn", None, "%s runs the hook in %s, but it would stay silent: the %s "
+        return Check("warn", None, "%s runs the hook in %s, but it would stay silent: the %s "
                 "check%s failed" % (name, place, " and ".join(why), "s" if len(why) > 1 else ""),
                 "see the fix of the %s check above" % why[0])
     if not found.task:
-        return ("warn", None, "%s runs the hook in %s, but it stays silent until the context "
+        return Check("warn", None, "%s runs the hook in %s, but it stays silent until the context "
                 "names a Task" % (name, place),
                 "call `begin` from your agent in %s" % shown_path(found.root or "the project"))
-    return ("ok", None, "%s runs the hook in %s: the next session starts with the Pack of Task %d"
+    return Check("ok", None, "%s runs the hook in %s: the next session starts with the Pack of Task %d"
             % (name, place, found.task), None)
 
 
@@ -7460,7 +7482,7 @@ def disabled_kit(place, entry):
     """The warning for a kit the client installed but disabled (for this
     Workspace), with the client's command that enables it."""
     where, enable = entry["kit"]["disabled"]
-    return "warn", None, "the memprove entry in %s is %s" % (place, where), enable
+    return Check("warn", None, "the memprove entry in %s is %s" % (place, where), enable)
 
 
 def running_archive(found):
@@ -7480,28 +7502,30 @@ def stale_kit(found, name, place, entry, program):
         what = "is not a regular file" if not isinstance(error, (FileNotFoundError,
                                                                   PermissionError)) else \
             "cannot be read"
-        return ("fail", "client_command_missing", "the memprove entry in %s runs %s, which "
+        return Check("fail", "client_command_missing", "the memprove entry in %s runs %s, which "
                 "%s" % (place, shown_path(program), what), print_config_line(found))
     if installed == running:
         return None
     # The versions of the archives themselves: Codex's entry runs the kit's .pyz, which a
     # kit written again replaces, while its copy's manifest keeps the version it was made of.
-    return ("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
+    return Check("warn", None, "the memprove entry in %s runs the kit's server, version %s, not this "
             "one, version %s" % (place, archive_version(installed, archive_module_version(
                 installed)), archive_version(running)),
             kit_update_line(found, name, entry["kit"]["folder"]))
 
 
+# doctor.md's checks in order: (name, check, the earlier checks whose failure
+# it cannot go past: it skips, or says they failed).
 DOCTOR_CHECKS = [
-    ("python", check_python),
-    ("environment", check_environment),
-    ("config_dir", check_config_dir),
-    ("token", check_token),
-    ("data_dir", check_data_dir),
-    ("workspace", check_workspace),
-    ("daemon", check_daemon),
-    ("client", check_client),
-    ("hook", check_hook),
+    ("python", check_python, ()),
+    ("environment", check_environment, ()),
+    ("config_dir", check_config_dir, ()),
+    ("token", check_token, ()),
+    ("data_dir", check_data_dir, ()),
+    ("workspace", check_workspace, ()),
+    ("daemon", check_daemon, ("token", "data_dir")),
+    ("client", check_client, ()),
+    ("hook", check_hook, ("token", "data_dir", "workspace", "daemon")),
 ]
 
 
@@ -7525,10 +7549,20 @@ def find_client_entry(name, found):
         files = [path] if parts != CLIENTS[name].block_folder else \
             sorted(os.path.join(path, item) for item in listing_or_none(path))
         for one in files:
-            entry = read_client_entry(one, keys)
+            place = label if one == path else shown_path(one)
+            entry = read_entry_in(place, one, keys)
             if entry is not None:
-                return (label if one == path else shown_path(one)), entry, looked
+                return place, entry, looked
     return None, None, looked
+
+
+def read_entry_in(place, path, keys):
+    """read_client_entry, a Refusal naming `place` (the file as doctor shows it)."""
+    try:
+        return read_client_entry(path, keys)
+    except Refusal as refusal:
+        refusal.place = place
+        raise
 
 
 def find_kit_entry(name, found):
@@ -7550,7 +7584,8 @@ def find_kit_entry(name, found):
 def kit_server_entry(path, roots):
     """The memprove entry of a kit's server file, each root variable in its
     command and arguments replaced by the folder the client gives it."""
-    entry = read_client_entry(path, ("mcpServers", KIT_NAME))
+    entry = read_entry_in("%s (from a plugin kit)" % shown_path(path), path,
+                          ("mcpServers", KIT_NAME))
     if entry is None:
         return None
 

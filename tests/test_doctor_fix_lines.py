@@ -89,9 +89,9 @@ def test_a_token_file_has_no_mode_to_fix_on_windows(tmp_path):
         found = found_for(platform, environ=environ)
         found.config_dir = str(tmp_path)
         return mp.check_token(found)
-    assert check("win32")[:2] == ("ok", None)
-    status, _, _, fix = check("linux")
-    assert (status, fix) == ("warn", "chmod 600 %s" % mp.sh_word(str(token)))
+    assert (check("win32").status, check("win32").code) == ("ok", None)
+    checked = check("linux")
+    assert (checked.status, checked.fix) == ("warn", "chmod 600 %s" % mp.sh_word(str(token)))
 
 
 # -- doctor under the Windows Python (the `win` fixture) --------------------------

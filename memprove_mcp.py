@@ -14,8 +14,8 @@ a `memprove run` in a shell and a tool call see each other at once.
     python3 memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR]
                                         [--client NAME] [--json]
     python3 memprove_mcp.pyz mcp plugin DIR [--config-dir DIR] [--workspace DIR]
-    python3 memprove_mcp.pyz mcp hook session-start [--config-dir DIR] [--workspace DIR]
-                                                    [--client NAME]
+    python3 memprove_mcp.pyz mcp hook session-start|stop [--config-dir DIR] [--workspace DIR]
+                                                         [--client NAME]
     python3 memprove_mcp.pyz --version | --help
 
 Two protocol eras are served side by side, decided for each message on its
@@ -50,7 +50,8 @@ client runs when a session starts); `mcp serve` never runs them:
                                     and its commands, its hook
    14. mcp print-config             a client's entry, or its hook entry
    15. The kit                      `mcp plugin`: the plugin, extension and bundle
-   16. The session-start hook       `mcp hook session-start`: the Pack, or nothing
+   16. The hooks                    `mcp hook session-start`: the Pack, or nothing;
+                                    `mcp hook stop`: a request to record, or nothing
    17. mcp doctor                   the path from shell to ledger, checked, with fix
                                     lines for the platform's shell
 
@@ -294,8 +295,8 @@ usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
        memprove_mcp.pyz mcp doctor [--config-dir DIR] [--workspace DIR] [--client NAME]
                                    [--json]
        memprove_mcp.pyz mcp plugin DIR [--config-dir DIR] [--workspace DIR]
-       memprove_mcp.pyz mcp hook session-start [--config-dir DIR] [--workspace DIR]
-                                               [--client NAME]
+       memprove_mcp.pyz mcp hook session-start|stop [--config-dir DIR] [--workspace DIR]
+                                                    [--client NAME]
        memprove_mcp.pyz --version | --help
 
   mcp serve         serve MCP on standard input and output until end of input
@@ -308,6 +309,9 @@ usage: memprove_mcp.pyz mcp serve [--config-dir DIR] [--workspace DIR]
   mcp hook session-start
                     (run by a client's SessionStart hook) print the Pack of the context's
                     Task for the model's first request, or nothing; writes nothing
+  mcp hook stop     (run by a client's Stop or AfterAgent hook) ask the model to record
+                    what it learned before it stops, when its Session recorded nothing for
+                    MEMPROVE_CHECKPOINT_MINUTES (default 30; 0: never); writes nothing
   --config-dir DIR  the memprove configuration directory (token, data-dir)
   --workspace DIR   start the Workspace search in DIR (for a client whose working
                     directory is not the project)
@@ -371,12 +375,12 @@ def run_command(command, options):
     if command == "plugin":
         return plugin(options)
     if command == "hook":
-        return session_start_hook(options)
+        return HOOKS[options["event"]](options)
     return serve(options)
 
 
 COMMANDS = ("serve", "print-config", "doctor", "plugin", "hook")
-HOOK_EVENTS = ("session-start",)        # the word `mcp hook` takes
+HOOK_EVENTS = ("session-start", "stop")   # the word `mcp hook` takes
 
 # Every option: its key in `options`, the commands that take it, and what its
 # value must be (None for a flag).
@@ -400,7 +404,7 @@ def parse_command_line(argv):
         return "version", {}
     if len(argv) < 2 or argv[0] != "mcp" or argv[1] not in COMMANDS:
         raise UsageError("expected 'mcp serve', 'mcp print-config', 'mcp doctor', "
-                         "'mcp plugin DIR', 'mcp hook session-start', --version or --help")
+                         "'mcp plugin DIR', 'mcp hook session-start|stop', --version or --help")
     command, rest = argv[1], argv[2:]
     options = dict((key, None) for key, _, _ in OPTIONS.values())
     options["folder"] = None
@@ -5396,6 +5400,8 @@ class Client(object):
       hook_form     how its handler names the command on Windows (HOOK_FORMS)
       hook_inherited  whether every program started under it inherits its
                     hook_variable (then the others are tried first)
+      hook_stop_event the event it runs when the agent ends its turn (Stop,
+                    Gemini CLI's AfterAgent), the stop hook's
       hook_distrust (found, handler) -> (why, fix) when it would skip the kit's
                     hook until the user trusts it, or None
     """
@@ -5413,6 +5419,7 @@ class Client(object):
         self.hook_variable, self.hook_files = None, ()
         self.hook_form = self.hook_distrust = None
         self.hook_inherited = False
+        self.hook_stop_event = "Stop"
         for name, value in facts.items():
             if not hasattr(self, name):
                 raise TypeError("a client has no %r" % name)
@@ -5630,36 +5637,101 @@ def codex_kit_entry(found):
 
 
 # Codex keeps the hooks the user trusted in config.toml, each under a key
-# naming the plugin, the file, the event and the handler's place, with the
-# SHA-256 of the handler as Codex sees it (its defaults filled in); measured
-# with Codex 0.171.0 (session-start.md).
-CODEX_HOOK_KEY = KIT_PLUGIN_ID + ":hooks/hooks.json:session_start:0:0"
-CODEX_HOOK_STATE = Pattern(r"""\s*\[\s*hooks\s*\.\s*state\s*\.\s*["']%s["']\s*(\])"""
-                           % CODEX_HOOK_KEY.replace(".", "\\."))
+# naming the plugin, the file, the event and the handler's place: its
+# `trusted_hash`, the SHA-256 of the handler as Codex sees it (its defaults
+# filled in), and since 0.164.0 its `trusted_content_hash`, a SHA-256 of the
+# whole installed plugin folder.  A hook whose first differs from what Codex
+# computes now was never trusted; whose second differs, was trusted for an
+# earlier kit (`modified`, after every update).  Both measured against
+# Codex 0.171.0's own values (session-start.md, codex-hook-trust.md).
+CODEX_EVENT_LABELS = {"session-start": "session_start", "stop": "stop"}
 
 
-def codex_hook_distrust(found, handler):
-    """(why, fix) when Codex has not trusted the kit's hook `handler`, or None
-    (trusted, or a handler whose hash is not known: a Windows one)."""
-    if set(handler) != {"type", "command"} or not isinstance(handler["command"], str):
-        return None
-    import hashlib
-    seen = {"event_name": "session_start", "hooks": [{"async": False, "command": handler["command"],
-                                                      "timeout": 600, "type": "command"}]}
-    import json
-    digest = "sha256:" + hashlib.sha256(json.dumps(
-        seen, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+def codex_hook_state(label):
+    """The pattern of config.toml's table of the kit's `label` hook."""
+    key = "%s:hooks/hooks.json:%s:0:0" % (KIT_PLUGIN_ID, label)
+    return Pattern(r"""\s*\[\s*hooks\s*\.\s*state\s*\.\s*["']%s["']\s*(\])"""
+                   % key.replace(".", "\\."))
+
+
+def codex_hook_distrust(found, kit, handlers):
+    """(why, fix) when Codex would skip one of the kit's hooks `handlers`
+    ([(event, handler)]): never trusted, or trusted for an earlier kit; or
+    None (trusted, or a handler whose hash is not known: a Windows one)."""
     config = os.path.join(codex_home(found.environ, None, found.platform), "config.toml")
     try:
-        state = toml_client_entry(user_text(read_regular(config, MAX_CLIENT_FILE)[0]),
-                                  CODEX_HOOK_STATE)
+        text = user_text(read_regular(config, MAX_CLIENT_FILE)[0])
     except (OSError, ValueError):
-        state = None
-    if state and state["env"].get("trusted_hash") == digest:
+        text = ""
+    content = None
+    for event, handler in handlers:
+        if set(handler) != {"type", "command"} or not isinstance(handler["command"], str):
+            continue
+        label = CODEX_EVENT_LABELS[event]
+        state = toml_client_entry(text, codex_hook_state(label))
+        trusted = state["env"] if state else {}
+        if trusted.get("trusted_hash") != codex_identity_hash(label, handler["command"]):
+            modified = trusted.get("trusted_hash") is not None
+            break
+        if trusted.get("trusted_content_hash") is not None:
+            content = content or codex_bundle_hash(kit["plugin"])
+            if trusted["trusted_content_hash"] != content:
+                modified = True
+                break
+    else:
         return None
-    return ("is not trusted by Codex, which skips it without a word",
-            "start `codex` in %s once and choose to trust the hooks" % shown_path(
-                found.root or "your project"))
+    trust = "start `codex` in %s once and choose to trust the hooks" % shown_path(
+        found.root or "your project")
+    if modified:
+        return ("were trusted by Codex for an earlier kit (modified), so it skips them without "
+                "a word", trust + " again")
+    return "are not trusted by Codex, which skips them without a word", trust
+
+
+def codex_identity_hash(label, command):
+    """Codex's `trusted_hash` of a command handler of the event `label`."""
+    import hashlib
+    import json
+    seen = {"event_name": label, "hooks": [{"async": False, "command": command,
+                                            "timeout": 600, "type": "command"}]}
+    return "sha256:" + hashlib.sha256(json.dumps(
+        seen, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def codex_bundle_hash(root):
+    """Codex's `trusted_content_hash` of the installed plugin folder `root`:
+    "codex-plugin-bundle-v1", then each entry of a depth-first walk, the
+    root first as "", children by name: its '/'-joined path's length (u64,
+    little-endian) and path, then "directory", or "file", its size and its
+    bytes.  At most MAX_KIT_ENTRIES entries and MAX_ARCHIVE bytes a file
+    (§6 rule 28); past that, or a file that cannot be read, None."""
+    import hashlib
+    import stat
+    import struct
+    digest = hashlib.sha256(b"codex-plugin-bundle-v1")
+    pending, seen = [""], 0
+    while pending:
+        relative = pending.pop()
+        seen += 1
+        path = os.path.join(root, *relative.split("/")) if relative else root
+        try:
+            status = os.lstat(path)
+            name = relative.encode("utf-8", "surrogateescape")
+            digest.update(struct.pack("<Q", len(name)) + name)
+            if stat.S_ISDIR(status.st_mode):
+                digest.update(b"directory")
+                names = sorted(os.listdir(path), reverse=True)
+                pending += [relative + "/" + item if relative else item for item in names]
+            else:
+                data = read_regular(path, MAX_ARCHIVE + 1, follow=False)[0]
+                if len(data) > MAX_ARCHIVE:
+                    return None
+                digest.update(b"file" + struct.pack("<Q", len(data)) + data)
+        except (OSError, ValueError):
+            return None
+        if seen > MAX_KIT_ENTRIES:
+            return None
+    return "sha256:" + digest.hexdigest()
 
 
 # -- Gemini CLI --------------------------------------------------------------------
@@ -5924,7 +5996,7 @@ CLIENTS = {
         find_kit=gemini_kit_entry,
         hook_variable="GEMINI_SESSION_ID", hook_files=(("root", (".gemini", "settings.json")),
                                                        ("home", (".gemini", "settings.json"))),
-        hook_form="powershell"),
+        hook_form="powershell", hook_stop_event="AfterAgent"),
     "opencode": Client(
         "OpenCode", format="json", shape=opencode_entry,
         where="{project} (project) or in {user} (user)", project_file=("opencode.json",),
@@ -6042,14 +6114,13 @@ def print_hook_config(name, program, options):
     if refusal:
         raise Refusal(refusal)
     try:
-        text = json_text(hook_document(hook_handler(words + ["--client", name], (name,))))
-        data = text.encode("utf-8")
+        data = json_text(hook_document(words + ["--client", name], (name,))).encode("utf-8")
     except ValueError:
         raise Refusal(NOT_UTF8)
     path = place_path(*record.hook_files[-1], environ=os.environ, root=None)
     write_stdout_bytes(data)
-    sys.stderr.write("memprove-mcp: merge this into %s: its SessionStart list, beside any hook "
-                     "already there.\n" % shown_path(path))
+    sys.stderr.write("memprove-mcp: merge this into %s: its SessionStart and %s lists, beside "
+                     "any hook already there.\n" % (shown_path(path), record.hook_stop_event))
     return 0
 
 
@@ -6161,16 +6232,25 @@ def kit_servers(kit, client):
 def kit_hooks(*clients):
     """A hooks/hooks.json for `clients`, which read it from a plugin (Claude
     Code and Codex from the plugin's folder, Gemini CLI from the extension's,
-    the kit's root): one SessionStart entry with no matcher (every source runs
-    it; an alternation made Gemini 0.61.0 run nothing) and no timeout (Claude
-    Code reads seconds, Gemini milliseconds; the command bounds itself)."""
-    return lambda kit: hook_document(hook_handler(kit["hook_words"], clients),
-                                     "The memprove Pack of the context's Task at every session start")
+    the kit's root): a SessionStart entry and the clients' stop entry, with no
+    matcher (every source runs them; an alternation made Gemini 0.61.0 run
+    nothing) and no timeout (Claude Code reads seconds, Gemini milliseconds;
+    the command bounds itself)."""
+    return lambda kit: hook_document(kit["hook_words"], clients,
+                                     "The memprove Pack of the context's Task at every session "
+                                     "start, and a request to record before a long silence ends")
 
 
-def hook_document(handler, description=None):
+def hook_document(words, clients, description=None, platform=PLATFORM):
+    """The hooks of `clients` running `words` (the session-start hook's; the
+    stop hook's are the same with `stop` for `session-start`): SessionStart,
+    then each client's stop event (Stop, or Gemini CLI's AfterAgent)."""
+    at = words.index("session-start")
+    stop = words[:at] + ["stop"] + words[at + 1:]
     document = {"description": description} if description else {}
-    document["hooks"] = {"SessionStart": [{"hooks": [handler]}]}
+    document["hooks"] = {"SessionStart": [{"hooks": [hook_handler(words, clients, platform)]}]}
+    for event in sorted(set(CLIENTS[name].hook_stop_event for name in clients)):
+        document["hooks"][event] = [{"hooks": [hook_handler(stop, clients, platform)]}]
     return document
 
 
@@ -6556,7 +6636,7 @@ def kit_commands(folder, version, platform=PLATFORM):
 
 
 # ---------------------------------------------------------------------------
-# 16. The session-start hook: mcp hook session-start
+# 16. The hooks: mcp hook session-start, mcp hook stop
 # ---------------------------------------------------------------------------
 # session-start.md: a client runs `mcp hook session-start` whenever a session
 # starts, resumes, is cleared or compacted, and puts what it prints into the
@@ -6578,15 +6658,18 @@ HOOK_BODY = 16 * 1024 * 1024
 HOOK_TOO_LARGE = "The Pack is larger than a session start carries: call pack to read it."
 
 
-def session_start_hook(options):
-    """Print the Pack as the client's hook output, or nothing; exit 0 always."""
+def run_hook(options, event, decide, answer):
+    """The frame every hook runs in: `decide(options, started, outcome)`
+    fills `outcome` with the text to give ("text") and what happened ("log")
+    within the hook's time, `answer(text)` is the JSON object printed; any
+    other outcome is silence on both streams.  Exit 0 always."""
     started = time.monotonic()
     sys.stderr = open(os.devnull, "w")   # whatever goes wrong, standard error stays empty
     outcome = {}
 
     def work():
         try:
-            hook_outcome(options, started, outcome)
+            decide(options, started, outcome)
         except Exception:
             record_internal_error(sys.exc_info())
             outcome["log"] = "internal_error"
@@ -6597,32 +6680,45 @@ def session_start_hook(options):
         "log": "no answer within %g s" % (HOOK_TIME - HOOK_MARGIN), "source": outcome.get("source")}
     if said.get("text"):
         try:
-            write_stdout_bytes(json_bytes({"hookSpecificOutput": {
-                "hookEventName": "SessionStart", "additionalContext": said["text"]}}) + b"\n")
+            write_stdout_bytes(json_bytes(answer(said["text"])) + b"\n")
         except (AttributeError, OSError, ValueError):    # no standard output, or closed
             said["log"] = "standard output closed"
-    log_hook(said, started)
+    log_hook(event, said, started)
     # Leave at once: a read of standard input or a daemon exchange may still be waiting.
     leave_at_once()
+
+
+def session_start_hook(options):
+    """Print the Pack as the client's hook output, or nothing; exit 0 always."""
+    run_hook(options, "session-start", hook_outcome, lambda text: {"hookSpecificOutput": {
+        "hookEventName": "SessionStart", "additionalContext": text}})
 
 
 def hook_outcome(options, started, outcome):
     """Fill `outcome` with the text to print ("text") and what happened ("log")."""
     given = hook_input(started + HOOK_INPUT_WAIT)
     outcome["source"] = given.get("source")
-    name = options.get("client") or hook_client(os.environ)
-    call = Call(options, CLIENTS[name].agent if name else None, roots=given.get("cwd"))
-    call.most = max(0.1, started + HOOK_TIME - HOOK_MARGIN - time.monotonic())
-    call.most_body = HOOK_BODY
+    call = hook_call(options, given, started)
     try:
         outcome["text"], outcome["log"] = session_start_text(call)
     except Problem as problem:
         outcome["log"] = problem.code
 
 
-def hook_input(deadline):
-    """The client's JSON object on standard input ({"cwd", "source", ...}), or
-    {}: read to its end, HOOK_INPUT bytes or the deadline, whichever is first."""
+def hook_call(options, given, started):
+    """The per-call object a hook reads with: the client's agent, the input's
+    cwd as its roots, the hook's time left, HOOK_BODY bytes of an answer."""
+    name = options.get("client") or hook_client(os.environ)
+    call = Call(options, CLIENTS[name].agent if name else None, roots=given.get("cwd"))
+    call.most = max(0.1, started + HOOK_TIME - HOOK_MARGIN - time.monotonic())
+    call.most_body = HOOK_BODY
+    return call
+
+
+def hook_input(deadline, limit=HOOK_INPUT):
+    """The client's JSON object on standard input ({"cwd", "source",
+    "stop_hook_active"}), or {}: read to its end, within `limit` bytes and
+    the deadline; an input not whole by then is {}."""
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:
         return {}
@@ -6631,8 +6727,8 @@ def hook_input(deadline):
     def read():
         try:
             size = 0
-            while size < HOOK_INPUT:
-                chunk = stream.read1(HOOK_INPUT - size)
+            while size <= limit:
+                chunk = stream.read1(limit + 1 - size)
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -6642,15 +6738,19 @@ def hook_input(deadline):
 
     if not finished_by(deadline, read):
         return {}
+    data = b"".join(chunks)
+    if len(data) > limit:
+        return {}
     try:
-        given = load_json(b"".join(chunks).decode("utf-8"))
+        given = load_json(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return {}
     if not isinstance(given, dict):
         return {}
-    cwd = given.get("cwd")
+    cwd, active = given.get("cwd"), given.get("stop_hook_active")
     return {"cwd": cwd if isinstance(cwd, str) and cwd and "\0" not in cwd else None,
-            "source": given.get("source") if isinstance(given.get("source"), str) else None}
+            "source": given.get("source") if isinstance(given.get("source"), str) else None,
+            "stop_hook_active": active if isinstance(active, bool) else None}
 
 
 def finished_by(deadline, action):
@@ -6721,12 +6821,129 @@ def open_item_count(capsule):
         count, "" if count == 1 else "s") if count else "No open items."
 
 
-def log_hook(outcome, started):
+def log_hook(event, outcome, started):
     """One line in MEMPROVE_MCP_LOG, where it is set: what the hook did."""
     source = outcome.get("source")
-    append_to_log("%s memprove-mcp hook session-start source=%s %s %dms\n" % (
-        utc_now(), log_field(source) if source else "-", outcome["log"],
+    append_to_log("%s memprove-mcp hook %s%s %s %dms\n" % (
+        utc_now(), event, " source=%s" % (log_field(source) if source else "-")
+        if event == "session-start" else "", outcome["log"],
         int((time.monotonic() - started) * 1000)))
+
+
+# -- the stop hook: mcp hook stop ----------------------------------------------
+# stop-hook.md: Claude Code and Codex run it when the agent is about to end
+# its turn (Stop), Gemini CLI after each agent turn (AfterAgent); all three
+# give the model one more turn when it answers {"decision":"block","reason":R}.
+# It blocks only when the client says this stop is not one it caused
+# (stop_hook_active false), the context's Session is open, its Task not done,
+# and nothing was recorded for MEMPROVE_CHECKPOINT_MINUTES: the ledger keeps
+# the time of the last record, so the hook keeps nothing.  R holds numbers
+# only, never a text from the ledger: Claude Code tells the model to follow a
+# hook's reason as the user's standing instruction.
+
+STOP_INPUT = 1024 * 1024     # bytes: a stop's input carries the model's last message
+CHECKPOINT_MINUTES = 30      # MEMPROVE_CHECKPOINT_MINUTES unset or unusable
+MAX_CHECKPOINT_MINUTES = 1440
+STOP_REASON = ("memprove: Session s%d of Task %d has recorded nothing in the ledger for %d "
+               "minutes. Before you stop: if this work found a fact, opened or closed an open "
+               "item, made a decision or changed the next action, record it with memprove's "
+               "`checkpoint` (or `decide`). %s Then stop.")
+REAFFIRM = "If nothing changed, call `checkpoint` reaffirming the next action c%d."
+NO_NEXT_ACTION = "If nothing changed, call `checkpoint` with the next action."
+
+
+def stop_hook(options):
+    """Ask the model to record before it stops, or say nothing; exit 0 always."""
+    run_hook(options, "stop", stop_outcome, lambda reason: {"decision": "block",
+                                                            "reason": reason})
+
+
+def checkpoint_minutes(environ):
+    """MEMPROVE_CHECKPOINT_MINUTES: 0 (off), or a whole number of minutes, 1 to
+    1440; unset or anything else is CHECKPOINT_MINUTES."""
+    raw = environ.get("MEMPROVE_CHECKPOINT_MINUTES") or ""
+    if DIGITS.match(raw) and len(raw) <= 4 and int(raw) <= MAX_CHECKPOINT_MINUTES:
+        return int(raw)
+    return CHECKPOINT_MINUTES
+
+
+def stop_outcome(options, started, outcome):
+    """Fill `outcome` with the reason to block ("text") and what happened ("log")."""
+    given = hook_input(started + HOOK_INPUT_WAIT, STOP_INPUT)
+    if given.get("stop_hook_active") is not False:
+        # Never twice in a row, and never without knowing this stop is not one it caused.
+        outcome["log"] = "again" if given.get("stop_hook_active") else "input_unread"
+        return
+    minutes = checkpoint_minutes(os.environ)
+    if not minutes:
+        outcome["log"] = "off"
+        return
+    call = hook_call(options, given, started)
+    try:
+        context = call.context()
+        task, session = context.get("task"), context.get("session")
+        if not task or not session:
+            outcome["log"] = "no_session"
+            return
+        capsule = call.capsule(task["id"])
+        outcome["text"], outcome["log"] = stop_reason(capsule, session["number"], minutes,
+                                                      time.time())
+    except Problem as problem:
+        outcome["log"] = problem.code
+
+
+def stop_reason(capsule, number, minutes, now):
+    """(R, "blocked Nmin") when Session `number` of the Capsule is open, its
+    Task not done, and its last record at least `minutes` before `now`;
+    else (None, why not)."""
+    held = [one for one in capsule["sessions"] if one.get("number") == number]
+    if not held:
+        return None, "no_session"
+    if held[0].get("state") != "open" or capsule["task"].get("status") == "done":
+        return None, "session_not_open" if held[0].get("state") != "open" else "task_done"
+    last = last_record(capsule, held[0])
+    if last is None:
+        return None, "daemon_error"
+    age = int((now - last) // 60)
+    if age < minutes:
+        return None, "recorded %dmin ago" % age
+    active = [claim["number"] for claim in capsule["claims"]
+              if claim.get("kind") == "next_action" and claim.get("state") == "active"]
+    then = REAFFIRM % max(active) if active else NO_NEXT_ACTION
+    return STOP_REASON % (number, capsule["task"]["number"], age, then), "blocked %dmin" % age
+
+
+def last_record(capsule, session):
+    """The time (seconds since the epoch) of the Session's last record: the
+    latest `created_at` of its Claims, `reaffirmed_at` of any Claim of the
+    Task (a reaffirmation keeps its Claim's first Session), or the Session's
+    `started_at`; None when none can be read.  Runs do not count."""
+    number = session.get("number")
+    stamps = [session.get("started_at")]
+    for claim in capsule["claims"]:
+        if claim.get("session_number") == number:
+            stamps.append(claim.get("created_at"))
+        stamps.append(claim.get("reaffirmed_at"))
+    times = [seconds for seconds in map(stamp_seconds, stamps) if seconds is not None]
+    return max(times) if times else None
+
+
+STAMP = Pattern(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z\Z")
+
+
+def stamp_seconds(value):
+    """Seconds since the epoch of a daemon's UTC time (§3's form), or None."""
+    if not isinstance(value, str) or not STAMP.match(value):
+        return None
+    import calendar
+    fields = (value[0:4], value[5:7], value[8:10], value[11:13], value[14:16], value[17:19])
+    year, month, day, hour, minute, second = map(int, fields)
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        return None
+    return calendar.timegm((year, month, day, hour, minute, second))
+
+
+HOOKS = {"session-start": session_start_hook, "stop": stop_hook}
 
 
 # ---------------------------------------------------------------------------
@@ -7271,75 +7488,88 @@ def check_client(found):
 
 
 def check_hook(found):
-    """Whether the client runs the session-start hook, and whether it would
-    give the Pack now or stay silent (and why): the hook says nothing to the
-    model when it cannot, so this is where the user learns of it.  Only a
-    handler that runs this server's hook and nothing else is vouched for
-    (§6 rule 32).  It sends no request: the daemon check's is the one doctor
-    makes."""
+    """Whether the client runs the two hooks, and whether the session-start
+    hook would give the Pack now or stay silent (and why), with the stop
+    hook's minutes in force: the hooks say nothing to the model when they
+    cannot, so this is where the user learns of it.  Only handlers that run
+    this server's hook and nothing else are vouched for (§6 rule 32).  It
+    sends no request: the daemon check's is the one doctor makes."""
     name = found.client
     if not CLIENTS[name].hook_variable:
         return None
-    hooks = find_hooks(name, found)
-    if not hooks:
+    start, stop = find_hooks(name, found, "session-start"), find_hooks(name, found, "stop")
+    print_hook = doctor_command(found, "mcp", "print-config", "--hook", "--client", name)
+    if not start:
         return Check("warn", None, "%s runs no memprove session-start hook: a session starts "
-                "without the Pack unless the model calls pack" % name,
-                "write the plugin kit (%s) or add the hook: %s" % (
-                    doctor_command(found, "mcp", "plugin", "<folder>"),
-                    doctor_command(found, "mcp", "print-config", "--hook", "--client", name)))
-    for place, handler, kit in hooks:
-        runs = foreign_hook(handler, name, found, kit)
-        if runs:
-            return Check("warn", None, "the session-start hook in %s runs %s, not this server's "
-                    "hook alone" % (place, runs),
-                    "remove that handler; the hook to use: %s" % doctor_command(
-                        found, "mcp", "print-config", "--hook", "--client", name))
-    place, handler, kit = hooks[0]
+                     "without the Pack unless the model calls pack" % name,
+                     "write the plugin kit (%s) or add the hooks: %s" % (
+                         doctor_command(found, "mcp", "plugin", "<folder>"), print_hook))
+    for event, hooks in (("session-start", start), ("stop", stop)):
+        for place, handler, kit in hooks:
+            runs = foreign_hook(handler, name, found, kit, event)
+            if runs:
+                return Check("warn", None, "the %s hook in %s runs %s, not this server's hook "
+                             "alone" % (event, place, runs),
+                             "remove that handler; the hooks to use: %s" % print_hook)
+    place, handler, kit = start[0]
     if kit and kit.get("disabled"):
         disabled = kit["disabled"]
-        return Check("warn", None, "the session-start hook in %s is %s" % (place, disabled[0]), disabled[1])
+        return Check("warn", None, "the session-start hook in %s is %s" % (place, disabled[0]),
+                     disabled[1])
     distrust = CLIENTS[name].hook_distrust
-    untrusted = distrust and kit and distrust(found, handler)
+    untrusted = distrust and kit and distrust(found, kit, [(event, hooks[0][1]) for event, hooks
+                                                          in (("session-start", start),
+                                                              ("stop", stop))
+                                                          if hooks and hooks[0][2]])
     if untrusted:
-        return Check("warn", None, "the session-start hook in %s %s" % (place, untrusted[0]), untrusted[1])
+        return Check("warn", None, "the hooks in %s %s" % (place, untrusted[0]), untrusted[1])
     why = found.unmet
     if why:
         return Check("warn", None, "%s runs the hook in %s, but it would stay silent: the %s "
-                "check%s failed" % (name, place, " and ".join(why), "s" if len(why) > 1 else ""),
-                "see the fix of the %s check above" % why[0])
+                     "check%s failed" % (name, place, " and ".join(why),
+                                         "s" if len(why) > 1 else ""),
+                     "see the fix of the %s check above" % why[0])
     if not found.task:
-        return Check("warn", None, "%s runs the hook in %s, but it stays silent until the context "
-                "names a Task" % (name, place),
-                "call `begin` from your agent in %s" % shown_path(found.root or "the project"))
-    return Check("ok", None, "%s runs the hook in %s: the next session starts with the Pack of Task %d"
-            % (name, place, found.task), None)
+        return Check("warn", None, "%s runs the hook in %s, but it stays silent until the "
+                     "context names a Task" % (name, place),
+                     "call `begin` from your agent in %s" % shown_path(found.root or "the project"))
+    if not stop:
+        return Check("warn", None, "%s runs the session-start hook in %s, but no stop hook: "
+                     "what an agent finds is recorded only when it thinks of it" % (name, place),
+                     "write the plugin kit again, or add the hooks: %s" % print_hook)
+    minutes = checkpoint_minutes(found.environ)
+    asked = "after %d minutes without a record, the agent is asked to record before it stops" \
+        % minutes if minutes else "the stop hook is off (MEMPROVE_CHECKPOINT_MINUTES=0)"
+    return Check("ok", None, "%s runs the hooks in %s: the next session starts with the Pack of "
+                 "Task %d; %s" % (name, place, found.task, asked))
 
 
-def find_hooks(name, found):
-    """[(where, handler, kit)] of every memprove session-start handler
-    client `name` runs: its own files' (the repository's named as such),
-    then its kit's hooks/hooks.json (`kit`: what its record's find_kit
-    found; None for its own files)."""
+def find_hooks(name, found, event):
+    """[(where, handler, kit)] of every memprove handler of `event` (a word of
+    HOOK_EVENTS) client `name` runs: its own files' (the repository's named
+    as such), then its kit's hooks/hooks.json (`kit`: what its record's
+    find_kit found; None for its own files)."""
+    key = "SessionStart" if event == "session-start" else CLIENTS[name].hook_stop_event
     hooks = []
     for base, parts in CLIENTS[name].hook_files:
         path = place_path(base, parts, found.environ, found.root, found.platform)
         where = ("the repository's %s" if base == "root" else "%s") % shown_path(path or "")
-        for handler in session_start_handlers(small_json(path) if path else None):
+        for handler in hook_handlers(small_json(path) if path else None, key, event):
             hooks.append((where, handler, None))
     kit = CLIENTS[name].find_kit(found) if CLIENTS[name].find_kit else None
     if kit is not None:
         path = os.path.join(kit["plugin"], "hooks", "hooks.json")
-        for handler in session_start_handlers(small_json(path)):
+        for handler in hook_handlers(small_json(path), key, event):
             hooks.append(("%s (from a plugin kit)" % shown_path(path), handler, kit))
     return hooks
 
 
-def session_start_handlers(document):
-    """The handlers of a hooks document's SessionStart entries that name `mcp
-    hook session-start`: in their command, its arguments (the form with no
-    shell) or Codex's Windows command."""
+def hook_handlers(document, key, event):
+    """The handlers of a hooks document's `key` entries that name `mcp hook
+    EVENT`: in their command, its arguments (the form with no shell) or
+    Codex's Windows command."""
     hooks = document.get("hooks") if isinstance(document, dict) else None
-    entries = hooks.get("SessionStart") if isinstance(hooks, dict) else None
+    entries = hooks.get(key) if isinstance(hooks, dict) else None
     found = []
     for entry in entries if isinstance(entries, list) else ():
         for hook in (entry.get("hooks") if isinstance(entry, dict) else None) or ():
@@ -7347,8 +7577,7 @@ def session_start_handlers(document):
                 continue
             args = hook.get("args") if isinstance(hook.get("args"), list) else []
             words = [hook.get("command"), hook.get("commandWindows")] + args
-            if "mcp hook session-start" in " ".join(word for word in words
-                                                    if isinstance(word, str)):
+            if "mcp hook " + event in " ".join(word for word in words if isinstance(word, str)):
                 found.append(hook)
     return found
 
@@ -7356,7 +7585,7 @@ def session_start_handlers(document):
 HOOK_OPTIONS = ("--config-dir", "--workspace", "--client")
 
 
-def foreign_hook(handler, name, found, kit=None):
+def foreign_hook(handler, name, found, kit=None, event="session-start"):
     """What `handler` runs, in words, when it is not exactly this server's
     hook (§6 rule 32); None when it is: read as the shell client `name` runs
     it with on the platform reads it, its words are an interpreter that
@@ -7370,7 +7599,7 @@ def foreign_hook(handler, name, found, kit=None):
     if words is None:
         return "%s, which its shell would not read as plain words" % shown
     base = ntpath_or_posixpath(found.platform).basename
-    if len(words) < 5 or words[2:5] != ["mcp", "hook", "session-start"] or \
+    if len(words) < 5 or words[2:5] != ["mcp", "hook", event] or \
             not INTERPRETER.match(base(words[0])):
         return shown
     if not program_exists(words[0], found.environ, found.platform):

@@ -1211,19 +1211,23 @@ def codex_installed(home, kit, enabled=True):
         '[plugins."memprove@memprove"]\nenabled = %s\n' % (kit, "true" if enabled else "false"))
 
 
-def codex_trusts_the_hook(home, kit):
-    """As Codex 0.171.0 records a hook the user trusted (measured: docs/session-start.md):
-    a table under the hook's key in config.toml, holding the SHA-256 of the handler as
-    Codex sees it, its defaults filled in, as compact JSON with sorted keys."""
+def codex_trusts_the_hook(home, kit, content_hash=None):
+    """As Codex 0.171.0 records the hooks the user trusted (measured: docs/session-start.md):
+    a table under each hook's key in config.toml (the kit's SessionStart and Stop), holding
+    the SHA-256 of the handler as Codex sees it, its defaults filled in, as compact JSON with
+    sorted keys; and, where given, the `trusted_content_hash` of the plugin folder."""
     hooks = json.loads((kit / "memprove" / "hooks" / "hooks.json").read_text(encoding="utf-8"))
-    command = hooks["hooks"]["SessionStart"][0]["hooks"][0]["command"]
-    seen = {"event_name": "session_start", "hooks": [
-        {"async": False, "command": command, "timeout": 600, "type": "command"}]}
-    digest = hashlib.sha256(json.dumps(seen, sort_keys=True, separators=(",", ":"),
-                                       ensure_ascii=False).encode("utf-8")).hexdigest()
-    with open(str(home / ".codex" / "config.toml"), "a", encoding="utf-8") as config:
-        config.write('\n[hooks.state."memprove@memprove:hooks/hooks.json:session_start:0:0"]\n'
-                     'trusted_hash = "sha256:%s"\n' % digest)
+    for event, label in (("SessionStart", "session_start"), ("Stop", "stop")):
+        command = hooks["hooks"][event][0]["hooks"][0]["command"]
+        seen = {"event_name": label, "hooks": [
+            {"async": False, "command": command, "timeout": 600, "type": "command"}]}
+        digest = hashlib.sha256(json.dumps(seen, sort_keys=True, separators=(",", ":"),
+                                           ensure_ascii=False).encode("utf-8")).hexdigest()
+        with open(str(home / ".codex" / "config.toml"), "a", encoding="utf-8") as config:
+            config.write('\n[hooks.state."memprove@memprove:hooks/hooks.json:%s:0:0"]\n'
+                         'trusted_hash = "sha256:%s"\n' % (label, digest))
+            if content_hash:
+                config.write('trusted_content_hash = "%s"\n' % content_hash)
 
 
 def gemini_installed(home, kit, enabled=True):

@@ -820,10 +820,10 @@ def commands_in(value):
     return []
 
 
-def session_start_commands(value):
-    """The commands of the SessionStart entries of a `hooks` object (the three clients'
-    shape: {"SessionStart": [{"hooks": [{"type": "command", "command": ...}]}]})."""
-    entries = value["SessionStart"]
+def session_start_commands(value, event="SessionStart"):
+    """The command of the `event` entry of a `hooks` object (the three clients' shape:
+    {"SessionStart": [{"hooks": [{"type": "command", "command": ...}]}]})."""
+    entries = value[event]
     assert isinstance(entries, list) and len(entries) == 1, entries
     assert "matcher" not in entries[0], entries          # every source, in all three clients
     hooks = entries[0]["hooks"]
@@ -857,9 +857,14 @@ def test_print_config_hook_prints_an_entry_whose_command_gives_the_pack(world, h
             "gemini": "settings.json"}[client] in err, err
     entry = json.loads(done.stdout.decode("utf-8"))
     commands = commands_in(entry)
-    assert len(commands) == 1, entry
+    assert len(commands) == 2, entry
     command = commands[0]
     assert session_start_commands(entry["hooks"]) == command
+    # The stop hook beside it: the same words with `stop`, under the client's event.
+    stop_event = {"gemini": "AfterAgent"}.get(client, "Stop")
+    assert list(entry["hooks"]) == ["SessionStart", stop_event], entry
+    assert session_start_commands(entry["hooks"], stop_event) == commands[1]
+    assert commands[1] == command.replace(" session-start ", " stop ", 1), commands
     words = shlex.split(command)
     at = words.index("mcp")
     assert words[at:at + 3] == list(HOOK) and "--client" in words, words
@@ -897,10 +902,16 @@ def test_the_kits_hooks_json_runs_the_hook_under_sh(world, private_place):
     kit.parent.mkdir()
     done = write_kit(world, kit)
     hooks = json.loads((kit / "memprove" / "hooks" / "hooks.json").read_text("utf-8"))
-    # Gemini's extension is the kit's folder: its own hooks file, the same command here.
-    assert json.loads((kit / "hooks" / "hooks.json").read_text("utf-8")) == hooks
+    # Gemini's extension is the kit's folder: its own hooks file, the same commands here,
+    # its stop hook under AfterAgent.
+    gemini = json.loads((kit / "hooks" / "hooks.json").read_text("utf-8"))
+    assert gemini["hooks"]["SessionStart"] == hooks["hooks"]["SessionStart"]
+    assert gemini["hooks"]["AfterAgent"] == hooks["hooks"]["Stop"], gemini
+    assert list(gemini["hooks"]) == ["SessionStart", "AfterAgent"], gemini
     assert sorted(hooks) == ["description", "hooks"] and isinstance(hooks["description"], str)
-    assert list(hooks["hooks"]) == ["SessionStart"], hooks
+    assert list(hooks["hooks"]) == ["SessionStart", "Stop"], hooks
+    assert session_start_commands(hooks["hooks"], "Stop") == \
+        session_start_commands(hooks["hooks"]).replace(" session-start ", " stop ", 1)
     command = session_start_commands(hooks["hooks"])
     words = shlex.split(command)
     assert os.path.isabs(words[0]), words

@@ -5663,7 +5663,7 @@ def codex_hook_distrust(found, kit, handlers):
         text = user_text(read_regular(config, MAX_CLIENT_FILE)[0])
     except (OSError, ValueError):
         text = ""
-    content = None
+    content = ABSENT
     for event, handler in handlers:
         if set(handler) != {"type", "command"} or not isinstance(handler["command"], str):
             continue
@@ -5674,8 +5674,9 @@ def codex_hook_distrust(found, kit, handlers):
             modified = trusted.get("trusted_hash") is not None
             break
         if trusted.get("trusted_content_hash") is not None:
-            content = content or codex_bundle_hash(kit["plugin"])
-            if trusted["trusted_content_hash"] != content:
+            content = codex_bundle_hash(kit["plugin"]) if content is ABSENT else content
+            # A folder it cannot fingerprint (too large, unreadable) says nothing either way.
+            if content is not None and trusted["trusted_content_hash"] != content:
                 modified = True
                 break
     else:
@@ -6904,7 +6905,7 @@ def stop_reason(capsule, number, minutes, now):
     last = last_record(capsule, held[0])
     if last is None:
         return None, "daemon_error"
-    age = int((now - last) // 60)
+    age = max(0, int((now - last) // 60))      # a daemon's clock ahead of ours: just now
     if age < minutes:
         return None, "recorded %dmin ago" % age
     active = [claim["number"] for claim in capsule["claims"]
@@ -6938,7 +6939,9 @@ def stamp_seconds(value):
     import calendar
     fields = (value[0:4], value[5:7], value[8:10], value[11:13], value[14:16], value[17:19])
     year, month, day, hour, minute, second = map(int, fields)
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+    if not (1 <= year and 1 <= month <= 12 and hour < 24 and minute < 60 and second < 61):
+        return None
+    if not 1 <= day <= calendar.monthrange(year, month)[1]:
         return None
     return calendar.timegm((year, month, day, hour, minute, second))
 

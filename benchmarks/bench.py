@@ -101,7 +101,7 @@ PLAN = {
     "pack_served_small": (100, 20),   # pack through the server, 1,000 claims
     "pack_e2e": (40, 12),        # pack through the server, 10,000 claims (and the end-to-end rows)
     "pack_served_large": (8, 1),  # pack through the server, 100,000 claims (about 6 s a repetition)
-    "hook": (40, 12),            # each session-start hook variant and its baselines
+    "hook": (40, 12),            # each session-start and stop hook variant and their baselines
     "hook_bound": (3, 1),        # each hook that meets a silent daemon or open input (~1-3 s)
     "hook_largest": (5, 2),      # each hook that reads the largest Capsule it takes (~1-2 s)
     "memory_calls": (10000, 1000),
@@ -1209,6 +1209,59 @@ def spawn_until_exit(argv, stdin, env, cwd, close_input=True):
     return elapsed, out
 
 
+STOP_ARGS = ["mcp", "hook", "stop", "--client", "claude-code"]
+STOP_IDLE = 45                   # minutes since the last record of the blocking row's Session
+
+
+def stop_input(cwd, active):
+    """What Claude Code writes on a Stop hook's standard input (stop_hook_active: whether this
+    stop is one a block caused)."""
+    return json.dumps({"session_id": str(uuid.uuid4()), "transcript_path": "/nonexistent",
+                       "cwd": cwd, "hook_event_name": "Stop", "stop_hook_active": active,
+                       "last_assistant_message": "Done. The retry now backs off and the "
+                                                 "upload tests pass."}).encode("utf-8")
+
+
+def stop_blocked(out):
+    """Whether the stop hook printed one block, its reason the fixed paragraph."""
+    try:
+        value = json.loads(out.decode("utf-8"))
+        return out.count(b"\n") == 1 and value["decision"] == "block" and \
+            value["reason"].startswith("memprove: Session s")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def idle_capsule(context, minutes, claims=60):
+    """A synthetic Capsule of the Task and Session `context` (a context.json) names: that
+    Session open and the only one, every claim and run its own, the last record `minutes`
+    before now (so the stop hook blocks), the Task active."""
+    capsule = synthetic_capsule(claims)
+    now = time.time()
+
+    def at(seconds_ago):
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - seconds_ago))
+
+    number = context["session"]["number"]
+    last = minutes * 60
+    capsule["task"].update(id=context["task"]["id"], number=context["task"]["number"],
+                           created_at=at(last + claims * 60 + 120), updated_at=at(last))
+    session = capsule["sessions"][-1]
+    session.update(id=context["session"]["id"], number=number, task_id=context["task"]["id"],
+                   task_number=context["task"]["number"], state="open", ended_at=None,
+                   started_at=at(last + claims * 60 + 60))
+    capsule["sessions"] = [session]
+    for index, claim in enumerate(capsule["claims"]):
+        claim.update(session_number=number, created_at=at(last + (claims - 1 - index) * 60),
+                     reaffirmed_at=None)
+    for index, run in enumerate(capsule["runs"]):
+        run.update(task_id=context["task"]["id"], session_number=number,
+                   started_at=at(last + claims * 60 - index * 30),
+                   finished_at=at(last + claims * 60 - index * 30 - 10))
+    capsule["task"]["sessions_open"] = 1
+    return capsule
+
+
 def hook_spoke(out):
     try:
         value = json.loads(out.decode("utf-8"))
@@ -1251,6 +1304,7 @@ class CapsuleDaemon:
 
     def __init__(self, body):
         import socket
+        self.served = 0                      # requests read
         self.answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                        b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)) + body
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -1271,6 +1325,7 @@ class CapsuleDaemon:
     def answer_one(self, connection):
         try:
             connection.recv(65536)           # the request: one GET, headers only
+            self.served += 1                 # before the answer: counted once it is read
             connection.sendall(self.answer)
         except OSError:
             pass
@@ -1315,8 +1370,9 @@ def largest_capsules():
 
 
 def phase_hook(setting, pyz, quick, report):
-    """`mcp hook session-start` from spawn to exit (a client waits for its exit), beside what
-    it replaces (a cold server's first `pack`) and the interpreter's floor."""
+    """`mcp hook session-start` and `mcp hook stop` from spawn to exit (a client waits for
+    its exit), beside what the one that reads the Capsule costs at most (a cold server's first
+    `pack`) and the interpreter's floor."""
     py = sys.executable
     with_task = setting.env("reads")                 # phase_calls left its context a Task
     root = setting.workspaces["reads"]
@@ -1365,7 +1421,8 @@ def phase_hook(setting, pyz, quick, report):
 
     largest, daemons = {}, []
 
-    def hook_on(body, outcome):
+    def serving(body):
+        """(the environment whose data directory names a CapsuleDaemon serving `body`, it)."""
         daemon = CapsuleDaemon(body)
         daemons.append(daemon)
         data = os.path.join(setting.folder, "capsule-data-%d" % len(daemons))
@@ -1374,6 +1431,11 @@ def phase_hook(setting, pyz, quick, report):
         with open(os.path.join(data, "daemon.json"), "w") as handle:
             json.dump({"url": daemon.url, "pid": os.getpid()}, handle)
         env = dict(with_task, MEMPROVE_DATA_DIR=data)
+        env.pop("MEMPROVE_CHECKPOINT_MINUTES", None)     # the default, 30
+        return env, daemon
+
+    def hook_on(body, outcome):
+        env = serving(body)[0]
 
         def run():
             elapsed, out = spawn_until_exit(hook, hook_input(root), env, root)
@@ -1383,8 +1445,35 @@ def phase_hook(setting, pyz, quick, report):
             return elapsed
         return run
 
+    # The stop hook: the context's Session open, nothing recorded for STOP_IDLE minutes (it
+    # blocks, after one getTaskCapsule); and a stop a block caused (silent, no request).
+    with open(os.path.join(root, ".memprove", "context.json"), encoding="utf-8") as handle:
+        named = json.load(handle)
+    if not named.get("task") or not named.get("session"):
+        raise BenchError("the per-call Workspace's context names no Task and Session")
+    stop = [py, pyz] + STOP_ARGS
+    stop_env, stop_daemon = serving(json.dumps({"capsule": idle_capsule(
+        named, STOP_IDLE)}).encode("utf-8"))
+
+    def stop_blocks():
+        asked = stop_daemon.served
+        elapsed, out = spawn_until_exit(stop, stop_input(root, False), stop_env, root)
+        if not stop_blocked(out) or stop_daemon.served != asked + 1:
+            raise BenchError("the stop hook, %d min after the last record, printed %r after "
+                             "%d requests" % (STOP_IDLE, out[:300], stop_daemon.served - asked))
+        return elapsed
+
+    def stop_again():
+        asked = stop_daemon.served
+        elapsed, out = spawn_until_exit(stop, stop_input(root, True), stop_env, root)
+        if out != b"" or stop_daemon.served != asked:
+            raise BenchError("the stop hook with stop_hook_active printed %r after %d requests"
+                             % (out[:300], stop_daemon.served - asked))
+        return elapsed
+
     variants = {"floor": floor, "serve_pack": serve_pack, "hook_task": hook_with_task,
-                "hook_none": hook_without_task}
+                "hook_none": hook_without_task, "stop_block": stop_blocks,
+                "stop_again": stop_again}
     bounded = {"hook_silent": hook_silent_daemon, "hook_open": hook_open_input}
     try:
         for name, (body, outcome) in sorted(largest_capsules().items()):
@@ -1394,7 +1483,7 @@ def phase_hook(setting, pyz, quick, report):
         reps = PLAN["hook"][quick]
         bound_reps = PLAN["hook_bound"][quick]
         largest_reps = PLAN["hook_largest"][quick]
-        progress("session-start hook: %d repetitions of %d variants, %d of %d bounded ones, "
+        progress("hooks: %d repetitions of %d variants, %d of %d bounded ones, "
                  "%d of %d on the largest Capsules" % (reps, len(variants), bound_reps,
                                                        len(bounded), largest_reps, len(largest)))
         samples = dict((name, []) for name in list(variants) + list(bounded) + list(largest))
@@ -1412,12 +1501,13 @@ def phase_hook(setting, pyz, quick, report):
 
     floor_value = median(samples["floor"])
     serve_value = median(samples["serve_pack"])
-    report.section("Session-start hook (spawn → exit), %s" % short_python())
+    report.section("Session-start and stop hooks (spawn → exit), %s" % short_python())
     report.add("`python3 -I -c pass`, until it exits: **the floor**", ms(floor_value),
-               ms(percentile(samples["floor"], 0.9)), "baseline of the hook without a Task")
+               ms(percentile(samples["floor"], 0.9)), "baseline of the silent hooks")
     report.add("cold `mcp serve` → `server/discover`, then its first `pack` answered",
                ms(serve_value), ms(percentile(samples["serve_pack"], 0.9)),
-               "baseline of the hook with a Task; %s floor" % ratio_text(serve_value / floor_value))
+               "baseline of the hooks that read the Capsule; %s floor" % ratio_text(
+                   serve_value / floor_value))
     value = median(samples["hook_task"])
     report.add("hook with a Task (`--client claude-code`, Claude Code's input): the Pack printed",
                ms(value), ms(percentile(samples["hook_task"], 0.9)),
@@ -1428,6 +1518,20 @@ def phase_hook(setting, pyz, quick, report):
     value = median(samples["hook_none"])
     report.add("hook with no Task in the context: silent", ms(value),
                ms(percentile(samples["hook_none"], 0.9)),
+               "%s floor (%+.1f ms)" % (ratio_text(value / floor_value),
+                                        (value - floor_value) * 1000),
+               "≤ 1.3× floor", value / floor_value <= 1.3)
+    value = median(samples["stop_block"])
+    report.add("stop hook, the Session's last record %d min old (one `getTaskCapsule`, "
+               "Claude Code's input): it blocks" % STOP_IDLE, ms(value),
+               ms(percentile(samples["stop_block"], 0.9)),
+               "%s cold `pack` (%+.1f ms), %s floor" % (
+                   ratio_text(value / serve_value), (value - serve_value) * 1000,
+                   ratio_text(value / floor_value)),
+               "≤ 1.3× cold `pack`", value / serve_value <= 1.3)
+    value = median(samples["stop_again"])
+    report.add("stop hook, `stop_hook_active` true (no request): silent", ms(value),
+               ms(percentile(samples["stop_again"], 0.9)),
                "%s floor (%+.1f ms)" % (ratio_text(value / floor_value),
                                         (value - floor_value) * 1000),
                "≤ 1.3× floor", value / floor_value <= 1.3)

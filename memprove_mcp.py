@@ -5704,13 +5704,14 @@ def codex_bundle_hash(root):
     "codex-plugin-bundle-v1", then each entry of a depth-first walk, the
     root first as "", children by name: its '/'-joined path's length (u64,
     little-endian) and path, then "directory", or "file", its size and its
-    bytes.  At most MAX_KIT_ENTRIES entries and MAX_ARCHIVE bytes a file
-    (§6 rule 28); past that, or a file that cannot be read, None."""
+    bytes.  At most MAX_KIT_ENTRIES entries and MAX_ARCHIVE bytes in all (§6
+    rule 28: a kit's worth, so that doctor keeps its second); past that, or
+    a file that cannot be read, None."""
     import hashlib
     import stat
     import struct
     digest = hashlib.sha256(b"codex-plugin-bundle-v1")
-    pending, seen = [""], 0
+    pending, seen, left = [""], 0, MAX_ARCHIVE
     while pending:
         relative = pending.pop()
         seen += 1
@@ -5724,8 +5725,11 @@ def codex_bundle_hash(root):
                 names = sorted(os.listdir(path), reverse=True)
                 pending += [relative + "/" + item if relative else item for item in names]
             else:
-                data = read_regular(path, MAX_ARCHIVE + 1, follow=False)[0]
-                if len(data) > MAX_ARCHIVE:
+                if status.st_size > left:
+                    return None
+                data = read_regular(path, left + 1, follow=False)[0]
+                left -= len(data)
+                if left < 0:
                     return None
                 digest.update(b"file" + struct.pack("<Q", len(data)) + data)
         except (OSError, ValueError):
@@ -6863,9 +6867,11 @@ def checkpoint_minutes(environ):
     """MEMPROVE_CHECKPOINT_MINUTES: 0 (off), or a whole number of minutes, 1 to
     1440; unset or anything else is CHECKPOINT_MINUTES."""
     raw = environ.get("MEMPROVE_CHECKPOINT_MINUTES") or ""
-    if DIGITS.match(raw) and len(raw) <= 4 and int(raw) <= MAX_CHECKPOINT_MINUTES:
+    if raw == "0":
+        return 0
+    if DIGITS.match(raw) and raw[0] != "0" and len(raw) <= 4 and int(raw) <= MAX_CHECKPOINT_MINUTES:
         return int(raw)
-    return CHECKPOINT_MINUTES
+    return CHECKPOINT_MINUTES            # "00", "+30", " 30", "3e1" ...: not a setting
 
 
 def stop_outcome(options, started, outcome):
@@ -6887,6 +6893,8 @@ def stop_outcome(options, started, outcome):
             outcome["log"] = "no_session"
             return
         capsule = call.capsule(task["id"])
+        if capsule["task"].get("id") != task["id"]:
+            raise Problem("daemon_error", "Its Capsule is another Task's.")
         outcome["text"], outcome["log"] = stop_reason(capsule, session["number"], minutes,
                                                       time.time())
     except Problem as problem:

@@ -1183,6 +1183,130 @@ def snapshot(*roots):
 
 
 # ---------------------------------------------------------------------------
+# A hook's world (`mcp hook EVENT`): test_hook.py and test_stop_hook.py
+# ---------------------------------------------------------------------------
+
+def run_hook(pyz, env, cwd, args=(), stdin=b"", timeout=SAFETY_TIMEOUT, python=None,
+             event="session-start"):
+    """`mcp hook EVENT` run to its end: CompletedProcess (bytes).  Past `timeout`, a failure."""
+    try:
+        return run_cli(python or default_server_python(), pyz,
+                       ["mcp", "hook", event] + [str(a) for a in args], env, cwd, stdin=stdin,
+                       timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the hook did not end by itself within %s s" % timeout)
+
+
+def context_file(root):
+    return root / ".memprove" / "context.json"
+
+
+def log_lines(path):
+    """MEMPROVE_MCP_LOG split into its lines, which end as the platform's text files do
+    (CR LF under Windows); the last element is what follows the last line end."""
+    ending = stderr_line_ending(default_server_python())
+    return path.read_bytes().split(ending)
+
+
+def daemon_capsule(world):
+    """The daemon's own Capsule answer ({"capsule": ...}) of the Task the world's context
+    names, read over HTTP as the hooks read it."""
+    import urllib.request
+    task = json.loads(context_file(world.workspace).read_text("utf-8"))["task"]
+    request = urllib.request.Request("%s/v1/tasks/%s/capsule" % (world.daemon.url, task["id"]),
+                                     headers={"Authorization": "Bearer " + world.config.token})
+    with urllib.request.urlopen(request, timeout=SAFETY_TIMEOUT) as answer:
+        return json.loads(answer.read().decode("utf-8"))
+
+
+class HookWorld:
+    """The reference daemon, a configuration, a Workspace whose context names a Task, and
+    the hook `event` run in it (the `world` fixture of the hooks' test files)."""
+
+    event = "session-start"
+
+    def __init__(self, pyz, make_env, start_server, daemon, config, workspace, tmp_path):
+        self.pyz, self.make_env, self.start_server = pyz, make_env, start_server
+        self.daemon, self.config, self.workspace, self.tmp_path = daemon, config, workspace, tmp_path
+        self.elsewhere = tmp_path / "elsewhere"
+        self.elsewhere.mkdir(exist_ok=True)
+
+    def env(self, extra=None):
+        values = dict(self.config.env())
+        values.update(extra or {})
+        return self.make_env(values)
+
+    def hook(self, args=(), env=None, cwd=None, stdin=b"", timeout=SAFETY_TIMEOUT):
+        return run_hook(self.pyz, self.env(env), cwd or self.workspace, args, stdin, timeout,
+                        event=self.event)
+
+    def begin(self, title="Hook me", client="claude-code"):
+        """A Task begun by `client` (its Session's agent), with open items, a decision, a
+        fact and a next action."""
+        server = self.start_server(env=self.config.env(), cwd=self.workspace)
+        server.initialize(client=client)
+        begun = tool_value(server.call("begin", {"new_task": title})["result"])
+        tool_value(server.call("checkpoint", {
+            "facts": [{"text": "Uploads retry three times \u2014 \U0001F600 measured."}],
+            "open_items": ["Find why the second retry races.", "Ask about the 409s."],
+            "next_action": "Read the retry loop."})["result"])
+        tool_value(server.call("decide", {"decision": "Back off exponentially.",
+                                          "rationale": "The server sheds load."})["result"])
+        assert server.close() == 0
+        self.daemon.clear_ops()
+        return begun
+
+    def without_session(self):
+        """The context keeps its Task and names no Session (contract §2: `session` may be
+        null): the agent is then named by the client."""
+        path = context_file(self.workspace)
+        context = json.loads(path.read_text("utf-8"))
+        context["session"] = None
+        path.write_text(json.dumps(context), "utf-8")
+
+    def name_task(self, task, workspace=None):
+        """A context naming `task` (a Capsule's or the daemon's record) and no Session."""
+        root = workspace or self.workspace
+        context_file(root).write_text(json.dumps({
+            "version": 1, "workspace": {"id": "w", "root": server_path(root)},
+            "task": {"id": task["id"], "number": task["number"], "title": task["title"]},
+            "session": None}), "utf-8")
+
+
+def write_kit(world, folder, *options):
+    """`mcp plugin FOLDER` for the world's configuration, which must succeed."""
+    done = run_cli(sys.executable, world.pyz, ["mcp", "plugin", folder, "--config-dir",
+                                               world.config.dir] + list(options),
+                   world.make_env(), world.tmp_path)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def doctor_checks(world, *args, env=None):
+    """(check names in order, {name: check}) of `mcp doctor --json` in the world."""
+    done = run_cli(sys.executable, world.pyz, ["mcp", "doctor", "--json"] + list(args),
+                   world.env(env), world.workspace)
+    assert done.stderr == b"", done.stderr
+    assert world.config.token.encode() not in done.stdout
+    report = json.loads(done.stdout.decode("utf-8"))
+    return [check["name"] for check in report["checks"]], \
+        dict((check["name"], check) for check in report["checks"])
+
+
+def install_printed_hook(world, home, client):
+    """The entry `print-config --hook` prints, written where it says (Claude Code's and
+    Gemini's settings.json, Codex's hooks.json)."""
+    done = run_cli(sys.executable, world.pyz, ["mcp", "print-config", "--client", client,
+                                               "--hook"], world.env(), world.workspace)
+    assert done.returncode == 0, done.stderr
+    place = {"claude-code": home / ".claude" / "settings.json",
+             "codex": home / ".codex" / "hooks.json",
+             "gemini": home / ".gemini" / "settings.json"}[client]
+    place.parent.mkdir(parents=True, exist_ok=True)
+    place.write_bytes(done.stdout)
+
+
+# ---------------------------------------------------------------------------
 # A plugin kit a client installed (docs/plugin.md, "doctor")
 # ---------------------------------------------------------------------------
 # Each client's record of an installed kit, as the pinned clients write it; the interop

@@ -34,9 +34,10 @@ import threading
 
 import pytest
 
-from harness import (INSTALLED, SAFETY_TIMEOUT, codex_trusts_the_hook, default_server_python,
-                     gemini_rules, run_cli, run_with_stdin_held_open, server_path, snapshot,
-                     stderr_line_ending, tool_value)
+from harness import (INSTALLED, SAFETY_TIMEOUT, HookWorld, codex_trusts_the_hook, context_file,
+                     daemon_capsule, default_server_python, doctor_checks, gemini_rules,
+                     install_printed_hook, log_lines, run_cli, run_hook,
+                     run_with_stdin_held_open, server_path, snapshot, tool_value, write_kit)
 from hardening_support import OTHER_UID, FakeDaemon, RawDaemon, needs_root
 import memprove_mcp as mp  # noqa: E402  (the readers of a hook's line, given a platform)
 
@@ -75,22 +76,9 @@ def utf16_units(text):
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
-def context_file(root):
-    return root / ".memprove" / "context.json"
-
-
 # ---------------------------------------------------------------------------
 # Running the hook and reading what it printed
 # ---------------------------------------------------------------------------
-
-def run_hook(pyz, env, cwd, args=(), stdin=b"", timeout=SAFETY_TIMEOUT, python=None):
-    """The hook run to its end: CompletedProcess (bytes).  Past `timeout`, a failure."""
-    try:
-        return run_cli(python or default_server_python(), pyz, list(HOOK) + [str(a) for a in args],
-                       env, cwd, stdin=stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise AssertionError("the hook did not end by itself within %s s" % timeout)
-
 
 def additional_context(done):
     """TEXT of a hook that spoke: its exit 0, empty stderr, and one line of stdout holding
@@ -181,56 +169,12 @@ def hook_against_pack(oracle, hook, arguments=None):
 # The world: the reference daemon, a configuration, a Workspace whose context names a Task
 # ---------------------------------------------------------------------------
 
-class World:
-    def __init__(self, pyz, make_env, start_server, daemon, config, workspace, tmp_path):
-        self.pyz, self.make_env, self.start_server = pyz, make_env, start_server
-        self.daemon, self.config, self.workspace, self.tmp_path = daemon, config, workspace, tmp_path
-        self.elsewhere = tmp_path / "elsewhere"
-        self.elsewhere.mkdir(exist_ok=True)
-
-    def env(self, extra=None):
-        values = dict(self.config.env())
-        values.update(extra or {})
-        return self.make_env(values)
-
-    def hook(self, args=(), env=None, cwd=None, stdin=b"", timeout=SAFETY_TIMEOUT):
-        return run_hook(self.pyz, self.env(env), cwd or self.workspace, args, stdin, timeout)
+class World(HookWorld):
+    """The hook's world (harness.HookWorld) with a `pack` oracle in the hook's state."""
 
     def oracle(self, client, env=None, cwd=None):
         return Oracle(self.start_server, dict(self.config.env(), **(env or {})),
                       cwd or self.workspace, client)
-
-    def begin(self, title="Hook me", client="claude-code"):
-        """A Task begun by `client` (its Session's agent), with open items, a decision, a
-        fact and a next action."""
-        server = self.start_server(env=self.config.env(), cwd=self.workspace)
-        server.initialize(client=client)
-        begun = tool_value(server.call("begin", {"new_task": title})["result"])
-        tool_value(server.call("checkpoint", {
-            "facts": [{"text": "Uploads retry three times \u2014 \U0001F600 measured."}],
-            "open_items": ["Find why the second retry races.", "Ask about the 409s."],
-            "next_action": "Read the retry loop."})["result"])
-        tool_value(server.call("decide", {"decision": "Back off exponentially.",
-                                          "rationale": "The server sheds load."})["result"])
-        assert server.close() == 0
-        self.daemon.clear_ops()
-        return begun
-
-    def without_session(self):
-        """The context keeps its Task and names no Session (contract §2: `session` may be
-        null): the agent is then named by the client."""
-        path = context_file(self.workspace)
-        context = json.loads(path.read_text("utf-8"))
-        context["session"] = None
-        path.write_text(json.dumps(context), "utf-8")
-
-    def name_task(self, task, workspace=None):
-        """A context naming `task` (a Capsule's or the daemon's record) and no Session."""
-        root = workspace or self.workspace
-        context_file(root).write_text(json.dumps({
-            "version": 1, "workspace": {"id": "w", "root": server_path(root)},
-            "task": {"id": task["id"], "number": task["number"], "title": task["title"]},
-            "session": None}), "utf-8")
 
 
 @pytest.fixture
@@ -623,13 +567,6 @@ def silent_world(world):
         close()
 
 
-def log_lines(path):
-    """MEMPROVE_MCP_LOG split into its lines, which end as the platform's text files do
-    (CR LF under Windows); the last element is what follows the last line end."""
-    ending = stderr_line_ending(default_server_python())
-    return path.read_bytes().split(ending)
-
-
 def assert_silent_and_wrote_nothing(world, args=("--client", "claude-code"), env=None,
                                     timeout=SAFETY_TIMEOUT):
     log = world.tmp_path / "hook.log"
@@ -673,12 +610,7 @@ def test_silence_for_an_untrusted_daemon_json_and_no_request(silent_world):
 def capsule_answer(world, text_size):
     """The daemon's own Capsule of the world's Task, its first claim's text made
     `text_size` characters, as a fake daemon's answer."""
-    import urllib.request
-    task = json.loads(context_file(world.workspace).read_text("utf-8"))["task"]
-    request = urllib.request.Request("%s/v1/tasks/%s/capsule" % (world.daemon.url, task["id"]),
-                                     headers={"Authorization": "Bearer " + world.config.token})
-    with urllib.request.urlopen(request, timeout=SAFETY_TIMEOUT) as answer:
-        capsule = json.loads(answer.read().decode("utf-8"))
+    capsule = daemon_capsule(world)
     capsule["capsule"]["claims"][0]["text"] = "x" * text_size
     body = json.dumps(capsule).encode("utf-8")
     fake = FakeDaemon(lambda request: (200, {"Content-Type": "application/json"}, body))
@@ -888,14 +820,6 @@ def test_print_config_hook_for_a_client_without_a_hook_is_one_line_and_exit_1(wo
     assert err.endswith("\n") and err.count("\n") == 1 and client in err, err
 
 
-def write_kit(world, folder, *options):
-    done = run_cli(sys.executable, world.pyz, ["mcp", "plugin", folder, "--config-dir",
-                                               world.config.dir] + list(options),
-                   world.make_env(), world.tmp_path)
-    assert done.returncode == 0, done.stderr
-    return done
-
-
 def test_the_kits_hooks_json_runs_the_hook_under_sh(world, private_place):
     world.begin()
     kit = private_place / "my kits" / "memprove kit"  # spaces: the command quotes them
@@ -960,29 +884,6 @@ def test_geminis_context_file_survives_compression(world, private_place):
     write_kit(world, again, "--workspace", world.workspace)
     assert (again / "GEMINI.md").read_text("utf-8") == text
     assert world.config.token not in text and str(world.config.dir) not in text
-
-
-def doctor_checks(world, *args, env=None):
-    done = run_cli(sys.executable, world.pyz, ["mcp", "doctor", "--json"] + list(args),
-                   world.env(env), world.workspace)
-    assert done.stderr == b"", done.stderr
-    assert world.config.token.encode() not in done.stdout
-    report = json.loads(done.stdout.decode("utf-8"))
-    return [check["name"] for check in report["checks"]], \
-        dict((check["name"], check) for check in report["checks"])
-
-
-def install_printed_hook(world, home, client):
-    """The entry `print-config --hook` prints, written where it says (Claude Code's and
-    Gemini's settings.json, Codex's hooks.json)."""
-    done = run_cli(sys.executable, world.pyz, ["mcp", "print-config", "--client", client,
-                                               "--hook"], world.env(), world.workspace)
-    assert done.returncode == 0, done.stderr
-    place = {"claude-code": home / ".claude" / "settings.json",
-             "codex": home / ".codex" / "hooks.json",
-             "gemini": home / ".gemini" / "settings.json"}[client]
-    place.parent.mkdir(parents=True, exist_ok=True)
-    place.write_bytes(done.stdout)
 
 
 @pytest.mark.parametrize("client", sorted(CLIENT_NAMES))

@@ -665,3 +665,19 @@ def test_doctor_codex_trusted_for_an_earlier_kit_warns_modified(world, home, pri
     assert hook["status"] == "warn" and "modified" in hook["detail"], hook
     assert "are not trusted" not in hook["detail"], hook
     assert "again" in hook["fix"], hook
+
+
+def test_codex_bundle_hash_reads_at_most_a_kits_worth_in_all(tmp_path):
+    """doctor fingerprints Codex's copy of the plugin (its trusted_content_hash) from at
+    most MAX_ARCHIVE bytes in all, each file's size looked at before it is read (§6 rule
+    28): files sparse or not, together past it, give None (doctor then says nothing of a
+    `modified` hook) rather than hash 64 GiB.  (The attack: 64 sparse files of 64 MiB
+    held doctor 12 s.)"""
+    root = tmp_path / "plugin"
+    (root / "hooks").mkdir(parents=True)
+    (root / "hooks" / "hooks.json").write_bytes(b"{}")
+    assert mp.codex_bundle_hash(str(root)).startswith("sha256:")
+    for index in range(2):
+        with open(str(root / ("big%d" % index)), "wb") as handle:
+            handle.truncate(mp.MAX_ARCHIVE // 2 + 1)      # sparse: no disk used
+    assert mp.codex_bundle_hash(str(root)) is None

@@ -635,3 +635,35 @@ def print_config(pyz, home, cwd):
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout, done.stderr.decode()
+
+
+# ---------------------------------------------------------------------------
+# The reference daemon's clock, turned back (the stop hook's gate)
+# ---------------------------------------------------------------------------
+
+def age_session(db_path, number, minutes):
+    """Make Session `number`'s records `minutes` old in the reference daemon's SQLite store
+    (tests/ledgerd.py, `db_path`), as if nothing had been recorded since: its `started_at`,
+    the `created_at` of its Claims and checkpoints, and the `reaffirmed_at` of every
+    reaffirmed Claim of its Task (what the stop hook reads as the last record).  Only the
+    tables change: the ledger's entries, whose hash chain verifyLedger checks, keep the times
+    they were written with.  Returns the time written (UTC, the daemon's form)."""
+    import sqlite3
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - minutes * 60))
+    connection = sqlite3.connect(str(db_path))
+    try:
+        with connection:
+            rows = connection.execute("SELECT id, task_id FROM sessions WHERE number = ?",
+                                      (number,)).fetchall()
+            assert len(rows) == 1, "Session s%d: %r" % (number, rows)
+            session_id, task_id = rows[0]
+            connection.execute("UPDATE sessions SET started_at = ? WHERE id = ?",
+                               (stamp, session_id))
+            for table in ("claims", "checkpoints"):
+                connection.execute("UPDATE %s SET created_at = ? WHERE session_id = ?" % table,
+                                   (stamp, session_id))
+            connection.execute("UPDATE claims SET reaffirmed_at = ? WHERE task_id = ? AND "
+                               "reaffirmed_at IS NOT NULL", (stamp, task_id))
+    finally:
+        connection.close()
+    return stamp

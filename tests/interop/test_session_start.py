@@ -1,4 +1,6 @@
-"""Every session starts with the Pack (docs/session-start.md, issue 33), in the real clients.
+"""Every session starts with the Pack (docs/session-start.md, issue 33), and a long silence
+ends with a request to record (docs/stop-hook.md, issue 40: the last section), in the real
+clients.
 
 Claude Code, Codex CLI and Gemini CLI, each with a fresh HOME, install the kit of
 `mcp plugin DIR` with exactly the commands it printed (test_plugin_kit.py's machinery: the
@@ -60,7 +62,8 @@ from urllib.parse import urlsplit
 
 from harness import SAFETY_TIMEOUT, clean_env
 from interop.agents import EXPECTED_AGENT, GEMINI_MODEL, describe, gemini_agent
-from interop.model_endpoint import Endpoint, Script, Turn
+from interop.model_endpoint import DIALECTS, Endpoint, Script, ToolCall, Turn
+from interop.support import age_session
 from interop.test_plugin_kit import (  # noqa: F401  (kit_python, next_pyz: fixtures)
     ANSWERS, KIT, agent_runner, commands_for, kit_python, next_pyz, powershell_words,
     printed_blocks, run_printed, token_nowhere, windows_kit)
@@ -73,6 +76,7 @@ CHECKPOINT = {
 HOOK_WORDS = ["mcp", "hook", "session-start"]
 TIME = re.compile(r" at ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z) as ")
 LOG_LINE = re.compile(r"^(\S+) memprove-mcp hook session-start source=(\S+) (.+) ([0-9]+)ms$")
+STOP_LOG_LINE = re.compile(r"^(\S+) memprove-mcp hook stop (.+) ([0-9]+)ms$")
 CLAUDE_PREFIX = "SessionStart hook additional context: "
 
 
@@ -149,12 +153,13 @@ def kit_hook_commands(folder):
 
 
 def log_lines(path):
-    """MEMPROVE_MCP_LOG's hook lines, parsed: (time, source, what happened, ms)."""
+    """MEMPROVE_MCP_LOG's session-start hook lines, parsed: (time, source, what happened,
+    ms).  The kit's stop hook writes its own lines there too (stop_log_lines)."""
     if not path.exists():
         return []
     lines = path.read_text("utf-8").splitlines()
-    parsed = [LOG_LINE.match(line) for line in lines]
-    assert all(parsed), lines
+    assert all(LOG_LINE.match(line) or STOP_LOG_LINE.match(line) for line in lines), lines
+    parsed = [LOG_LINE.match(line) for line in lines if LOG_LINE.match(line)]
     return [(m.group(1), json.loads(m.group(2)) if m.group(2) != "-" else None, m.group(3),
              int(m.group(4))) for m in parsed]
 
@@ -276,12 +281,12 @@ def report(client, what, lines):
 # Claude Code
 # ---------------------------------------------------------------------------
 
-def claude_session(claude, daemon, marker, *extra, env=None, daemon_up=True):
+def claude_session(claude, daemon, marker, *extra, env=None, daemon_up=True, steps=None):
     """`claude -p` (stream-json, hook events included) against a scripted endpoint whose
-    model answers at once: (endpoint, exit code, events, stderr, stdout).  With the daemon
-    down its port is not carried into Claude Code's namespace (the bridge would accept and
-    close, a daemon answering nothing rather than one not there)."""
-    script = Script([Turn("Done: %s." % marker)], marker=marker)
+    model answers at once (or plays `steps`): (endpoint, exit code, events, stderr, stdout).
+    With the daemon down its port is not carried into Claude Code's namespace (the bridge
+    would accept and close, a daemon answering nothing rather than one not there)."""
+    script = Script(steps or [Turn("Done: %s." % marker)], marker=marker)
     ports = [urlsplit(daemon.url).port] if daemon_up else []
     with Endpoint("anthropic", script) as endpoint, \
             claude.reaching(urlsplit(endpoint.url).port, *ports) as via:
@@ -625,7 +630,8 @@ def test_codex_starts_with_the_pack(make_agent, endpoint_in, ns_daemon, pyz, nex
     kit = private_place / "kit"
     printed = kit_python.write_kit(pyz, kit, agent.config_dir, agent.home)
     blocks = printed_blocks(printed)
-    said = [line for line in printed.splitlines() if "Codex" in line and "trust" in line]
+    said = re.findall(r"Codex reads it in place: [^:]*: start `codex` once and trust the hooks\.",
+                      " ".join(printed.split()))
     assert said, "the printed lines do not say that Codex runs the hook only once trusted:\n" \
         + printed
     install, _ = commands_for(blocks, "codex")
@@ -808,3 +814,309 @@ def test_windows_claude_code_starts_with_the_pack(claude_windows, windows_pyz, d
     assert [(line[1], line[2]) for line in log_lines(log)] == [("startup", "pack")], story
     report("claude-code (Windows)", "Pack in messages[%d] (role %s)" % (index, role), text[:160])
     token_in_no_request(endpoint, config.token)
+
+
+# ---------------------------------------------------------------------------
+# The stop hook: one extra turn to record, after a long silence (issue 40 item 4)
+# ---------------------------------------------------------------------------
+# shared/spec/stop-hook.md: the kit's hooks.json also runs `mcp hook stop` (Claude Code and
+# Codex: Stop; Gemini CLI: AfterAgent).  In each client, installed as printed, with Task 1
+# begun and checkpointed through `mcp serve` (its Session s1 open), four headless turns:
+#
+# 1. the Session's last record 5 minutes old: the hook is silent, the turn takes one request;
+# 2. 45 minutes old: exactly one extra model request, holding R (Claude Code's `Stop hook
+#    feedback:` reminder, Codex's `<hook_prompt>`, Gemini's user turn), and none after it
+#    (the stop that follows it has stop_hook_active: the hook says `again`);
+# 3. 45 minutes old, and the model answers the extra turn with memprove's `checkpoint`
+#    reaffirming the next action: the turn ends after it, without a second R;
+# 4. the next turn's stop is silent: the checkpoint is the last record (`recorded 0min ago`).
+#
+# "45 minutes old" is made by age_session (support.py): the Session's times in the reference
+# daemon's tables are set back; its ledger's entries, hash chain and all, are not touched.
+# No token in any request of any turn.
+
+STOP_REASON = ("memprove: Session s1 of Task 1 has recorded nothing in the ledger for %d "
+               "minutes. Before you stop: if this work found a fact, opened or closed an open "
+               "item, made a decision or changed the next action, record it with memprove's "
+               "`checkpoint` (or `decide`). If nothing changed, call `checkpoint` reaffirming "
+               "the next action c%d. Then stop.")
+STOP_SIGN = "has recorded nothing in the ledger for"
+MAIN_ROUTES = ("messages", "responses", "generate", "stream_generate")
+BLOCKED = re.compile(r"blocked ([0-9]+)min\Z")
+
+
+def stop_log_lines(path):
+    """What each stop hook run said in MEMPROVE_MCP_LOG ("blocked 45min", "again", ...)."""
+    if not path.exists():
+        return []
+    return [m.group(2) for m in map(STOP_LOG_LINE.match, path.read_text("utf-8").splitlines())
+            if m]
+
+
+def ledger_rows(daemon, sql, *args):
+    import sqlite3
+    connection = sqlite3.connect(str(daemon.db_path))
+    try:
+        return connection.execute(sql, args).fetchall()
+    finally:
+        connection.close()
+
+
+def next_action_number(daemon):
+    """The number of the Task's one active next action, in the daemon's store."""
+    rows = ledger_rows(daemon, "SELECT number FROM claims WHERE kind = 'next_action' AND "
+                       "state = 'active'")
+    assert len(rows) == 1, rows
+    return rows[0][0]
+
+
+def conversation_requests(endpoint):
+    """[(exchange, conversation)] of the scripted conversation's model requests, in order
+    (a client's title, quota or token-count requests aside)."""
+    found = []
+    dialect = endpoint.dialect
+    for exchange in endpoint.recorder.exchanges:
+        body = exchange.json
+        if exchange.route not in MAIN_ROUTES or not isinstance(body, dict):
+            continue
+        conversation = dialect.conversation(body, True) if isinstance(
+            dialect, DIALECTS["gemini"]) else dialect.conversation(body)
+        if endpoint.script.is_scripted(conversation):
+            found.append((exchange, conversation))
+    return found
+
+
+def claude_stop_texts(body):
+    """Claude Code's `Stop hook feedback:` reminders: (where, role, what follows the words
+    to the reminder's end, the whole message)."""
+    found = []
+    for index, message in enumerate(body.get("messages", [])):
+        for text in texts_in(message.get("content")):
+            for match in re.finditer(r"Stop hook feedback:\n(.*?)(?:\n</system-reminder>|\Z)",
+                                     text, re.S):
+                found.append(("messages[%d]" % index, message.get("role"), match.group(1), text))
+    return found
+
+
+def codex_stop_texts(body):
+    """Codex's user `<hook_prompt hook_run_id=...>R</hook_prompt>` items, unwrapped."""
+    found = []
+    for index, item in enumerate(body.get("input", [])):
+        if item.get("role") != "user":
+            continue
+        for text in texts_in(item.get("content")):
+            for match in re.finditer(r'<hook_prompt hook_run_id="[^"]*">(.*?)</hook_prompt>',
+                                     text, re.S):
+                found.append(("input[%d]" % index, "user", match.group(1), text))
+    return found
+
+
+def gemini_stop_texts(body):
+    """Gemini's user turns made of the hook's reason alone."""
+    found = []
+    for index, content in enumerate(body.get("contents", [])):
+        parts = content.get("parts") or []
+        texts = [part.get("text") for part in parts]
+        if content.get("role", "user") == "user" and any(
+                isinstance(text, str) and STOP_SIGN in text for text in texts):
+            found.append(("contents[%d]" % index, "user", texts[0] if len(texts) == 1
+                          else texts, json.dumps(content, ensure_ascii=False)))
+    return found
+
+
+def no_stop_text(endpoint, story):
+    for exchange in endpoint.recorder.exchanges:
+        assert STOP_SIGN not in " ".join(texts_in(exchange.json)), (exchange.number, story)
+
+
+def asked_once(endpoint, stop_texts, reason, count, story):
+    """The conversation took `count` requests; R first reached the model in the second (the
+    extra turn the block gave), once, in the client's own form; every later request holds
+    that one R and no second; no request outside the conversation holds R.  Returns the
+    extra request's message, quoted, for the reader."""
+    requests = conversation_requests(endpoint)
+    assert len(requests) == count, (len(requests), count, story)
+    found = [stop_texts(exchange.json) for exchange, _ in requests]
+    assert found[0] == [], (found[0], story)
+    for each in found[1:]:
+        assert [text for _, _, text, _ in each] == [reason], (each, reason, story)
+    inside = {exchange.number for exchange, _ in requests}
+    for exchange in endpoint.recorder.exchanges:
+        if exchange.number not in inside:
+            assert reason not in " ".join(texts_in(exchange.json)), (exchange.number, story)
+    where, role, _, message = found[1][0]
+    return "request 2 of %d, %s (%s): %r" % (count, where, role, message)
+
+
+def stop_cases(client, session, checkpoint_turns, stop_texts, daemon, log, token,
+               after_checkpoint="again"):
+    """The four turns above in one client.  session(marker, steps) runs one headless turn
+    against the scripted model playing `steps` (checking that the client ended well and the
+    script was played) and returns (endpoint, story); checkpoint_turns(number) are the
+    model's turns that call memprove's `checkpoint` with `reaffirm: [number]`, its last the
+    call (what comes before it: a client's own, Claude Code's ToolSearch).
+    after_checkpoint: what the stop hook says at the stop that ends the extra turn with
+    the checkpoint in it (`again` where the client says stop_hook_active there)."""
+    number = next_action_number(daemon)
+    took = {}
+
+    def turn(case, minutes, steps):
+        if minutes is not None:
+            age_session(daemon.db_path, 1, minutes)
+        if log.exists():
+            log.unlink()
+        began = time.monotonic()
+        endpoint, story = session(case, steps)
+        took[case] = "%.1fs" % (time.monotonic() - began)
+        token_in_no_request(endpoint, token)
+        return endpoint, stop_log_lines(log), story
+
+    def reason_of(lines, story, then="again"):
+        blocked = BLOCKED.match(lines[0]) if lines else None
+        assert blocked and int(blocked.group(1)) in (45, 46), (lines, story)
+        assert lines[1:] == [then], (lines, story)
+        return STOP_REASON % (int(blocked.group(1)), number)
+
+    # 1. 5 minutes: silent.
+    case = "STOP-%s-5MIN" % client.upper()
+    endpoint, lines, story = turn(case, 5, [Turn("Done: %s." % case)])
+    assert lines == ["recorded 5min ago"], (lines, story)
+    assert len(conversation_requests(endpoint)) == 1, story
+    no_stop_text(endpoint, story)
+    report(client, "5 min: requests, stop log", (1, lines))
+
+    # 2. 45 minutes: one extra request holding R, none after it.
+    case = "STOP-%s-45MIN" % client.upper()
+    endpoint, lines, story = turn(case, 45, [Turn("Done: %s." % case),
+                                             Turn("Nothing changed: %s." % case)])
+    reason = reason_of(lines, story)
+    report(client, "45 min: stop log %s; the extra request" % lines,
+           asked_once(endpoint, stop_texts, reason, 2, story))
+
+    # 3. 45 minutes, and the model checkpoints in the extra turn.
+    case = "STOP-%s-CHECKPOINT" % client.upper()
+    calls = checkpoint_turns(number)
+    steps = [Turn("Done: %s." % case)] + calls + [Turn("Recorded: %s." % case)]
+    before = utc_now()
+    endpoint, lines, story = turn(case, 45, steps)
+    reason = reason_of(lines, story, after_checkpoint)
+    asked_once(endpoint, stop_texts, reason, len(steps), story)
+    name = calls[-1].calls[0].name
+    result = conversation_requests(endpoint)[-1][1].result_of(name)
+    assert result and result.is_error in (None, False), (result, story)
+    assert not re.match(r"[a-z_]+: ", result.text) and "reaffirmed" in result.text, result.text
+    (reaffirmed,) = ledger_rows(daemon, "SELECT reaffirmed_at FROM claims WHERE number = ?",
+                                number)
+    assert reaffirmed[0] >= before, (reaffirmed, before)
+    report(client, "checkpoint in the extra turn: requests, stop log, result",
+           (len(steps), lines, result.text[:200]))
+
+    # 4. The next stop: silent, the checkpoint is the last record.
+    case = "STOP-%s-NEXT" % client.upper()
+    endpoint, lines, story = turn(case, None, [Turn("Done: %s." % case)])
+    assert lines == ["recorded 0min ago"], (lines, story)
+    assert len(conversation_requests(endpoint)) == 1, story
+    no_stop_text(endpoint, story)
+    report(client, "the next stop: stop log", lines)
+    report(client, "time per turn", took)
+
+
+CLAUDE_TOOLS = "mcp__plugin_memprove_memprove__"
+
+
+def test_claude_code_stop_asks_once(claude, pyz, kit_python, daemon, config, private_place,
+                                    tmp_path):
+    claude_install(claude, kit_python, pyz, private_place / "kit")
+    log = tmp_path / "hook.log"
+    run = host_runner(claude.home, claude.project_dir)
+    serve = [sys.executable, str(pyz), "mcp", "serve", "--config-dir", str(claude.config_dir)]
+    begin_task(run, serve, "claude-code")
+
+    def session(marker, steps):
+        endpoint, code, events, err, out = claude_session(
+            claude, daemon, marker, "--allowedTools", CLAUDE_TOOLS + "*", steps=steps,
+            env={"MEMPROVE_MCP_LOG": str(log)})
+        endpoint.recorder.dump(tmp_path / ("%s.jsonl" % marker))
+        return endpoint, claude_started_well(code, events, err, out, endpoint)
+
+    def checkpoint_turns(number):
+        return [Turn(ToolCall("ToolSearch", {"query": "select:" + CLAUDE_TOOLS + "checkpoint"})),
+                Turn(ToolCall(CLAUDE_TOOLS + "checkpoint", {"reaffirm": [number]}))]
+
+    stop_cases("claude-code", session, checkpoint_turns, claude_stop_texts, daemon, log,
+               config.token)
+    token_nowhere(config.token, claude.home, claude.config_dir / "token")
+
+
+def test_codex_stop_asks_once(make_agent, endpoint_in, ns_daemon, pyz, kit_python, config,
+                              private_place, tmp_path):
+    from interop.test_plugin_kit import codex_exec
+    agent = make_agent("codex")
+    log = tmp_path / "hook.log"
+    agent.env["MEMPROVE_MCP_LOG"] = str(log)
+    blocks = printed_blocks(kit_python.write_kit(pyz, private_place / "kit", agent.config_dir,
+                                                 agent.home))
+    install, _ = commands_for(blocks, "codex")
+    run_printed(agent_runner(agent), install)
+    # As printed: start codex once and trust the hooks (both: SessionStart and Stop).
+    shown = codex_trusts_the_hooks(agent, endpoint_in(
+        "openai-responses", Script([Turn("Done.")], marker="STOP-CODEX-TUI")))
+    assert kit_hook_in_codex(agent)["trustStatus"] == "trusted", shown
+    begin_task(agent_runner_in(agent), [sys.executable, str(pyz), "mcp", "serve",
+                                        "--config-dir", str(agent.config_dir)],
+               EXPECTED_AGENT["codex"])
+    said = {}
+
+    def session(marker, steps):
+        endpoint = endpoint_in("openai-responses", Script(steps, marker=marker))
+        code, out, err = codex_exec(agent, endpoint, "%s: start the day." % marker)
+        endpoint.recorder.dump(tmp_path / ("%s.jsonl" % marker))
+        story = describe(code, out, err, endpoint)
+        assert code == 0 and endpoint.script.finished and endpoint.recorder.errors == [], story
+        said[marker] = [line for line in err.splitlines() if line.startswith("hook: Stop")]
+        return endpoint, story
+
+    def checkpoint_turns(number):
+        return [Turn(ToolCall("mcp__memprove.checkpoint", {"reaffirm": [number]}))]
+
+    stop_cases("codex", session, checkpoint_turns, codex_stop_texts, ns_daemon, log,
+               config.token)
+    report("codex", "stderr stop lines", said)
+    token_nowhere(config.token, agent.home, agent.config_dir / "token")
+
+
+def test_gemini_stop_asks_once(make_agent, endpoint_in, ns_daemon, pyz, kit_python, config,
+                               private_place, tmp_path):
+    first = endpoint_in("gemini", Script([Turn("Done.")], marker="STOP-GEMINI-INSTALL"))
+    agent = gemini_agent(make_agent, first, lambda agent: [agent.project])
+    log = tmp_path / "hook.log"
+    agent.env["MEMPROVE_MCP_LOG"] = str(log)
+    blocks = printed_blocks(kit_python.write_kit(pyz, private_place / "kit", agent.config_dir,
+                                                 agent.home))
+    install, _ = commands_for(blocks, "gemini")
+    run_printed(agent_runner(agent), install, ANSWERS["gemini"])
+    begin_task(agent_runner_in(agent), [sys.executable, str(pyz), "mcp", "serve",
+                                        "--config-dir", str(agent.config_dir)],
+               EXPECTED_AGENT["gemini"])
+    said = {}
+
+    def session(marker, steps):
+        endpoint = endpoint_in("gemini", Script(steps, marker=marker))
+        code, out, err = agent.run("gemini", "-m", GEMINI_MODEL, "-y", "-p",
+                                   "%s: start the day." % marker,
+                                   env={"GOOGLE_GEMINI_BASE_URL": endpoint.url})
+        endpoint.recorder.dump(tmp_path / ("%s.jsonl" % marker))
+        story = describe(code, out, err, endpoint)
+        assert code == 0 and endpoint.script.finished and endpoint.recorder.errors == [], story
+        said[marker] = [line for line in err.splitlines() if "blocked" in line]
+        return endpoint, story
+
+    def checkpoint_turns(number):
+        return [Turn(ToolCall("mcp_memprove_checkpoint", {"reaffirm": [number]}))]
+
+    # Gemini says stop_hook_active: false at the stop after a tool call of the extra turn:
+    # the hook reads the ledger there, and the checkpoint keeps it silent.
+    stop_cases("gemini", session, checkpoint_turns, gemini_stop_texts, ns_daemon, log,
+               config.token, after_checkpoint="recorded 0min ago")
+    report("gemini", "stderr block lines", said)
+    token_nowhere(config.token, agent.home, agent.config_dir / "token")

@@ -1097,7 +1097,9 @@ def append_to_log(text):
         return
     try:
         if appendable(os.fstat(handle)):
-            data = text.encode("utf-8", "backslashreplace")
+            # Lines end as the platform's text files do (CR LF on Windows), as a text-mode
+            # open would write them.
+            data = text.replace("\n", os.linesep).encode("utf-8", "backslashreplace")
             while data:
                 data = data[os.write(handle, data):]
     except OSError:
@@ -1114,10 +1116,18 @@ def appendable(status):
     return stat.S_ISREG(status.st_mode) and status.st_nlink == 1 and owned_by_user(status)
 
 
-def log_path(environ):
-    """MEMPROVE_MCP_LOG when it is an absolute path, else None."""
+def log_path(environ, platform=PLATFORM):
+    """MEMPROVE_MCP_LOG when it names a file from a root, else None: on
+    Windows a path from the current drive's root (`\\logs\\mcp.log`) is one,
+    whatever `os.path.isabs` of the Python says (3.13 says no), since no
+    project chooses the drive's root; `C:mcp.log` and `mcp.log` are not."""
     path = environ.get("MEMPROVE_MCP_LOG")
-    return path if path and os.path.isabs(path) else None
+    if not path:
+        return None
+    if PLATFORMS[platform]["drive_letters"]:
+        import ntpath
+        return path if ntpath.splitdrive(path)[1][:1] in ("/", "\\") else None
+    return path if path.startswith("/") else None
 
 
 # ---------------------------------------------------------------------------
@@ -7191,7 +7201,7 @@ def check_environment(found):
     if not value:
         return None
     remedy = fix(found, "set", name="MEMPROVE_MCP_LOG", value=example(found, "log"))
-    if not os.path.isabs(value):
+    if not log_path(found.server_environ, found.platform):
         return Check("warn", None, "MEMPROVE_MCP_LOG is %s, a relative path, so nothing is logged: "
                 "it would land in whatever project a client starts in" % shown_path(value), remedy)
     try:

@@ -629,6 +629,40 @@ WINDOWS_POSIX_ONLY = {
         "ledgerd.py run, a POSIX process, beside the Windows server's context (its Z:\\ root)",
     "test_ledgerd.py::test_run_of_a_missing_command_records_a_failed_run":
         "ledgerd.py run, a POSIX process, beside the Windows server's context (its Z:\\ root)",
+    "test_configuration.py::test_rule31_a_data_dir_someone_else_could_write_counts_as_absent":
+        "POSIX owners, modes and groups (Windows has ACLs: contract.md §6 rules 31 and 36 do not apply)",
+    "test_configuration.py::test_rule31_a_token_file_someone_else_could_write_counts_as_absent":
+        "POSIX owners, modes and groups (Windows has ACLs: contract.md §6 rules 31 and 36 do not apply)",
+    "test_configuration.py::test_rule31_the_users_own_files_links_and_roots_sticky_folders_are_believed":
+        "POSIX owners, modes and groups (Windows has ACLs: contract.md §6 rules 31 and 36 do not apply)",
+    "test_configuration.py::test_rule36_a_folder_another_group_can_write_is_not_believed":
+        "POSIX owners, modes and groups (Windows has ACLs: contract.md §6 rules 31 and 36 do not apply)",
+    "test_configuration.py::test_rule36_roots_group_is_private_only_named_as_root_and_shared_with_no_one":
+        "POSIX owners, modes and groups (Windows has ACLs: contract.md §6 rules 31 and 36 do not apply)",
+    "test_hook.py::test_rule32_the_printed_hook_in_the_repositorys_file_is_ok_and_named_as_the_repositorys":
+        "doctor runs under the tests' POSIX Python beside the server's context",
+    "test_hook.py::test_rule35_a_log_file_of_another_user_gets_nothing":
+        "POSIX links and owners (Wine shows a Unix link as the file it names)",
+    "test_hook.py::test_rule35_a_log_reached_through_another_users_link_in_a_sticky_folder_gets_nothing":
+        "POSIX links and owners (Wine shows a Unix link as the file it names)",
+    "test_hook.py::test_rule35_a_log_that_is_a_link_leaves_the_file_it_names_unchanged":
+        "POSIX links and owners (Wine shows a Unix link as the file it names)",
+    "test_ledgerd.py::test_rule35_run_does_not_append_into_a_memprove_folder_that_is_a_link":
+        "ledgerd.py run, a POSIX process, beside the Windows server's context (its Z:\\ root)",
+    "test_ledgerd.py::test_rule35_run_does_not_append_through_a_runs_file_that_is_a_hard_link":
+        "ledgerd.py run, a POSIX process, beside the Windows server's context (its Z:\\ root)",
+    "test_ledgerd.py::test_rule35_run_does_not_append_through_a_runs_file_that_is_a_link":
+        "ledgerd.py run, a POSIX process, beside the Windows server's context (its Z:\\ root)",
+    "test_ledgerd.py::test_rule35_run_with_a_runs_file_that_is_a_fifo_ends_and_writes_nothing":
+        "ledgerd.py run, a POSIX process, beside the Windows server's context (its Z:\\ root)",
+    "test_stop_hook.py::test_rule19_an_untrusted_daemon_json_is_silent_and_gets_no_request":
+        "file modes (Windows has ACLs)",
+    "test_stop_hook.py::test_doctor_warns_of_a_hooks_file_without_the_stop_hook":
+        "doctor runs under the tests' POSIX Python beside the server's context",
+    "test_stop_hook.py::test_doctor_codex_trusted_for_this_kit_is_ok":
+        "doctor runs under the tests' POSIX Python beside the server's context",
+    "test_stop_hook.py::test_doctor_says_the_minutes_in_force_with_the_kit_installed":
+        "doctor runs under the tests' POSIX Python beside the server's context",
 }
 
 

@@ -8,6 +8,7 @@ under test.  (Argument validation is in test_tool_dispatch.py.)
 """
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -635,11 +636,17 @@ def with_accounts(tmp_path, case):
     passwd, group = tmp_path / "passwd", tmp_path / "group"
     passwd.write_text(make_passwd(Path("/etc/passwd").read_text("utf-8")), "utf-8")
     group.write_text(make_group(Path("/etc/group").read_text("utf-8")), "utf-8")
+    # The /etc the server reads: the host's, or that of the chroot tests/pythons.sh's
+    # wrapper of 3.14 and 3.15 runs it in (its line `exec chroot DIR ...`).
+    python = default_server_python()
+    found = re.search(r"exec chroot (\S+) ", Path(python).read_text("utf-8", "replace")) \
+        if os.path.isfile(python) and os.path.getsize(python) < 4096 else None
+    etc = (found.group(1) if found else "") + "/etc"
     wrapper = tmp_path / "python-with-accounts"
     wrapper.write_text(
         "#!/bin/sh\nexec unshare --mount --propagation private sh -c 'mount --bind \"$1\" "
-        "/etc/passwd && mount --bind \"$2\" /etc/group && shift 2 && exec \"$@\"' sh "
-        "'%s' '%s' '%s' \"$@\"\n" % (passwd, group, default_server_python()), "utf-8")
+        "%s/passwd && mount --bind \"$2\" %s/group && shift 2 && exec \"$@\"' sh "
+        "'%s' '%s' '%s' \"$@\"\n" % (etc, etc, passwd, group, python), "utf-8")
     os.chmod(str(wrapper), 0o755)
     return str(wrapper)
 

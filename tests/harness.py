@@ -1369,6 +1369,16 @@ def codex_installed(home, kit, enabled=True):
         '[plugins."memprove@memprove"]\nenabled = %s\n' % (kit, "true" if enabled else "false"))
 
 
+def closed_port_url():
+    """A loopback URL where nothing listens: a port just bound and let go."""
+    import socket
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return "http://127.0.0.1:%d" % port
+
+
 def codex_trusts_the_hook(home, kit, content_hash=None):
     """As Codex 0.171.0 records the hooks the user trusted (measured: docs/session-start.md):
     a table under each hook's key in config.toml (the kit's SessionStart and Stop), holding

@@ -27,17 +27,17 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 
 import pytest
 
-from harness import (INSTALLED, SAFETY_TIMEOUT, HookWorld, codex_trusts_the_hook, context_file,
-                     daemon_capsule, default_server_python, doctor_checks, gemini_rules,
-                     install_printed_hook, log_lines, run_cli, run_hook,
-                     run_with_stdin_held_open, server_path, snapshot, tool_value, write_kit)
+from harness import (INSTALLED, SAFETY_TIMEOUT, closed_port_url, codex_trusts_the_hook,
+                     context_file, daemon_capsule, default_server_python, doctor_checks,
+                     gemini_rules, HookWorld, install_printed_hook, log_lines, run_cli,
+                     run_hook, run_with_stdin_held_open, server_path, snapshot, tool_value,
+                     write_kit)
 from hardening_support import OTHER_UID, FakeDaemon, RawDaemon, needs_root
 import memprove_mcp as mp  # noqa: E402  (the readers of a hook's line, given a platform)
 
@@ -431,14 +431,6 @@ def test_a_title_past_the_cap_is_silence(world):
 # =============================================================================
 # Silence: nothing on either stream, exit 0, nothing written
 # =============================================================================
-
-def closed_port_url():
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    return "http://127.0.0.1:%d" % port
-
 
 def point_at(world, url):
     (world.config.data_dir / "daemon.json").write_text(json.dumps({"url": url, "pid": 1}))

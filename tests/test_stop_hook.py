@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import time
@@ -33,9 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import (INSTALLED, HookWorld, codex_trusts_the_hook, context_file,
-                     daemon_capsule, default_server_python, doctor_checks, install_printed_hook,
-                     installed_kit_paths, log_lines, snapshot, write_kit)
+from harness import (INSTALLED, closed_port_url, codex_trusts_the_hook, context_file,
+                     daemon_capsule, default_server_python, doctor_checks, HookWorld,
+                     install_printed_hook, installed_kit_paths, log_lines, snapshot, write_kit)
 import memprove_mcp as mp  # noqa: E402  (codex_bundle_hash, against the research's algorithm)
 
 # The draft's R (docs/stop-hook.md, "Output when it blocks"), its numbers left to fill.
@@ -433,14 +432,6 @@ def test_a_session_ended_a_task_done_or_a_session_not_held_is_silent(blocking, w
     Session of the context's number: silent, its word in the log."""
     plant(blocking, change=CAPSULE_CHANGES[word])
     assert_silent_saying(blocking, word, ["getTaskCapsule"])
-
-
-def closed_port_url():
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    return "http://127.0.0.1:%d" % port
 
 
 def test_the_daemon_down_is_silent_with_its_problem_code(blocking):

@@ -2863,7 +2863,7 @@ def private_group(gid):
 UNTRUSTED_DAEMON = "daemon.json not trusted"     # context's config.warnings
 UNTRUSTED_DATA_DIR = "data-dir not trusted"
 DIRECTORY_OWNER = "The data directory " + OWNER_PHRASE + "."
-LINK_OWNER = "The link %s on the way to %s belongs to another user (uid %d)."
+LINK_OWNER = "The link %s on the way to %s " + OWNER_PHRASE + "."
 LINK_FOLDER = "The link %s on the way to %s is in a folder group or others can write."
 
 
@@ -4301,8 +4301,8 @@ def by_number(numbers, claims, descending=False):
 # between its texts, but words (its templates' and joiners' other characters);
 # the words it adds, by what adds them.
 NUMBERED = frozenset(LINE["claim"].replace("%d", "0123456789")) - {" "}
-JOINING = frozenset("".join(LINE.values()).replace("%s", "").replace("%d", "") + ALTERNATIVES +
-                    EVIDENCE) - NUMBERED - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+JOINING = frozenset(char for char in "".join(LINE.values()).replace("%s", "").replace("%d", "")
+                    + ALTERNATIVES + EVIDENCE if not char.isalpha()) - NUMBERED
 LINE_WORDS = dict((key, line_words(key)) for key in ("because", "instead", "passed", "failed"))
 
 
@@ -4684,6 +4684,9 @@ def sh_word(value):
     return shlex.quote(value)
 
 
+POWERSHELL_QUOTES = "'\u2018\u2019\u201a\u201b"     # what PowerShell takes for a single quote
+
+
 def powershell_word(value):
     """A word as PowerShell reads it back: bare when it is a plain word or
     option (a number would be read as a number), else single-quoted with
@@ -4691,7 +4694,7 @@ def powershell_word(value):
     to U+201B, for quotes too)."""
     if POWERSHELL_BARE.match(value):
         return value
-    return "'" + "".join(char * 2 if char in "'\u2018\u2019\u201a\u201b" else char
+    return "'" + "".join(char * 2 if char in POWERSHELL_QUOTES else char
                          for char in value) + "'"
 
 
@@ -4771,9 +4774,6 @@ def cmd_words(line):
                 return None
             index += 1
     return words
-
-
-POWERSHELL_QUOTES = "'\u2018\u2019\u201a\u201b"
 
 
 def powershell_words(line):
@@ -5702,11 +5702,11 @@ def codex_hook_distrust(found, kit, handlers):
 def codex_identity_hash(label, command):
     """Codex's `trusted_hash` of a command handler of the event `label`."""
     import hashlib
-    import json
+    # Codex hashes compact JSON with sorted keys: these are written in that order.
     seen = {"event_name": label, "hooks": [{"async": False, "command": command,
                                             "timeout": 600, "type": "command"}]}
-    return "sha256:" + hashlib.sha256(json.dumps(
-        seen, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")).hexdigest()
+    return "sha256:" + hashlib.sha256(dump_json(seen, ascii=False).encode(
+        "utf-8", "surrogatepass")).hexdigest()
 
 
 def codex_bundle_hash(root):

@@ -1508,33 +1508,22 @@ def phase_hook(setting, pyz, quick, report):
                ms(serve_value), ms(percentile(samples["serve_pack"], 0.9)),
                "baseline of the hooks that read the Capsule; %s floor" % ratio_text(
                    serve_value / floor_value))
-    value = median(samples["hook_task"])
-    report.add("hook with a Task (`--client claude-code`, Claude Code's input): the Pack printed",
-               ms(value), ms(percentile(samples["hook_task"], 0.9)),
-               "%s cold `pack` (%+.1f ms), %s floor" % (
-                   ratio_text(value / serve_value), (value - serve_value) * 1000,
-                   ratio_text(value / floor_value)),
-               "≤ 1.3× cold `pack`", value / serve_value <= 1.3)
-    value = median(samples["hook_none"])
-    report.add("hook with no Task in the context: silent", ms(value),
-               ms(percentile(samples["hook_none"], 0.9)),
-               "%s floor (%+.1f ms)" % (ratio_text(value / floor_value),
-                                        (value - floor_value) * 1000),
-               "≤ 1.3× floor", value / floor_value <= 1.3)
-    value = median(samples["stop_block"])
-    report.add("stop hook, the Session's last record %d min old (one `getTaskCapsule`, "
-               "Claude Code's input): it blocks" % STOP_IDLE, ms(value),
-               ms(percentile(samples["stop_block"], 0.9)),
-               "%s cold `pack` (%+.1f ms), %s floor" % (
-                   ratio_text(value / serve_value), (value - serve_value) * 1000,
-                   ratio_text(value / floor_value)),
-               "≤ 1.3× cold `pack`", value / serve_value <= 1.3)
-    value = median(samples["stop_again"])
-    report.add("stop hook, `stop_hook_active` true (no request): silent", ms(value),
-               ms(percentile(samples["stop_again"], 0.9)),
-               "%s floor (%+.1f ms)" % (ratio_text(value / floor_value),
-                                        (value - floor_value) * 1000),
-               "≤ 1.3× floor", value / floor_value <= 1.3)
+    # Each hook against what it stands beside: the Pack's cold `pack` when it reads the
+    # Capsule, the interpreter's floor when it sends nothing (target 1.3x either way).
+    pack, floor_ = (serve_value, "cold `pack`"), (floor_value, "floor")
+    for name, label, (base, base_name) in (
+            ("hook_task", "hook with a Task (`--client claude-code`, Claude Code's input): the "
+                          "Pack printed", pack),
+            ("hook_none", "hook with no Task in the context: silent", floor_),
+            ("stop_block", "stop hook, the Session's last record %d min old (one "
+                           "`getTaskCapsule`, Claude Code's input): it blocks" % STOP_IDLE, pack),
+            ("stop_again", "stop hook, `stop_hook_active` true (no request): silent", floor_)):
+        value = median(samples[name])
+        versus = "%s %s (%+.1f ms)" % (ratio_text(value / base), base_name, (value - base) * 1000)
+        if base is not floor_value:
+            versus += ", %s floor" % ratio_text(value / floor_value)
+        report.add(label, ms(value), ms(percentile(samples[name], 0.9)), versus,
+                   "≤ 1.3× %s" % base_name, value / base <= 1.3)
     for name, label in (("hook_silent", "hook, the daemon accepts and never answers "
                                          "(`MEMPROVE_TIMEOUT=1000`): silent"),
                         ("hook_open", "hook, its standard input never closed: the Pack printed"),

@@ -82,7 +82,9 @@ import time
 # 1. Constants and Problems
 # ---------------------------------------------------------------------------
 
-VERSION = "0.1.0"
+# The one version: pyproject.toml reads it, a release is the tag v<VERSION>
+# with its dated section in CHANGELOG.md (CONTRIBUTING.md "How to release").
+VERSION = "0.2.0"
 SERVER_NAME = "memprove"
 MODERN_VERSION = "2026-07-28"
 LEGACY_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -354,6 +356,7 @@ NOT_UTF8 = "a path in the entry is not valid UTF-8; no client could read it."
 def main(argv=None):
     """Run the command line; return the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    utf8_stderr()
     try:
         return run_command(*parse_command_line(argv))
     except Refusal as refusal:
@@ -366,7 +369,7 @@ def run_command(command, options):
         write_stdout_bytes(usage().encode("utf-8"))
         return 0
     if command == "version":
-        write_stdout_bytes(("memprove-mcp %s (%s)\n" % (VERSION, source_digest()[:12])).encode())
+        write_stdout_bytes(version_text().encode("utf-8"))
         return 0
     if command == "print-config":
         return print_config(options)
@@ -442,10 +445,15 @@ def parse_command_line(argv):
 def source_digest():
     """SHA-256 of this module's source, whether it runs from a file or a .pyz.
 
-    In a .pyz the module may have come from bytecode, so the source is read
-    from the archive's root rather than from __file__.
+    In a .pyz the module may have come from bytecode: the archive's entry
+    gives the digest the build wrote into it (SOURCE_SHA256), so that nothing
+    is read from the archive's path, which may hold another file by now;
+    imported from an archive otherwise, the source is read from its root.
     """
     import hashlib
+    given = globals().get("SOURCE_SHA256")
+    if isinstance(given, str) and len(given) == 64 and not given.strip("0123456789abcdef"):
+        return given
     loader = globals().get("__loader__")
     if getattr(loader, "archive", None):
         data = loader.get_data("memprove_mcp.py")
@@ -455,12 +463,68 @@ def source_digest():
     return hashlib.sha256(data).hexdigest()
 
 
+def archive_digest():
+    """(path, SHA-256 hex) of the .pyz this runs from, or None run from the
+    module's file: which build runs, for a fleet to tell.  It is the file now
+    at the archive's path, read as a kit's is (§6 rule 28: a FIFO or a device
+    put there since must not block), at most MAX_ARCHIVE bytes; OSError when
+    that cannot be.  The archive computes it, so it is no check of itself:
+    the check that counts is the user's, of the file against a sum."""
+    import hashlib
+    loader = globals().get("__loader__")
+    path = getattr(loader, "archive", None)
+    if not path:
+        return None
+    path = os.path.abspath(path)
+    data = read_regular(path, MAX_ARCHIVE + 1)[0]
+    if len(data) > MAX_ARCHIVE:
+        raise OSError(27, "larger than %d MiB" % (MAX_ARCHIVE >> 20))      # EFBIG
+    return path, hashlib.sha256(data).hexdigest()
+
+
+def unreadable_archive(error):
+    """Why the archive's sum is unknown, in a few words."""
+    return error.strerror or "not a regular file"
+
+
+def version_text():
+    """`--version`: the version and the source's digest, then, run from an
+    archive, its SHA-256 in full and its path, as a SHA256SUMS line has them."""
+    text = "memprove-mcp %s (%s)\n" % (VERSION, source_digest()[:12])
+    try:
+        archive = archive_digest()
+    except OSError as error:
+        return text + "sha256 unknown: %s\n" % unreadable_archive(error)
+    if archive:
+        text += "sha256 %s  %s\n" % (archive[1], shown_path(archive[0]))
+    return text
+
+
 def this_program():
     """The absolute path of the running .pyz (or module), even with no working directory."""
     try:
         return os.path.abspath(sys.argv[0])
     except OSError:
         return sys.argv[0]
+
+
+def utf8_stderr():
+    """Standard error in UTF-8 whatever the locale, as standard output is: to a
+    pipe, a Windows Python writes the ANSI code page, which a client reading
+    UTF-8 garbles (a project folder `café` came out as `caf\xe9`)."""
+    stream = sys.stderr
+    if stream is None or (getattr(stream, "encoding", None) or "").lower() in ("utf-8", "utf8"):
+        return
+    try:
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+        else:       # 3.6: a new wrapper on the same buffer, the old one detached, not closed
+            import io
+            stream.flush()
+            sys.stderr = io.TextIOWrapper(stream.detach(), "utf-8", "backslashreplace",
+                                          line_buffering=True)
+    except (AttributeError, OSError, ValueError):      # io.UnsupportedOperation is both
+        pass
 
 
 def write_stdout_bytes(data):
@@ -3961,7 +4025,8 @@ CONTROLS = Pattern("[\x00-\x1f\x7f-\x9f\ud800-\udfff" + HIDDEN + "]")
 # one (the variation selectors are marks, not format characters).
 PRINTABLE_HIDDEN = "\U000e0100"
 HIDING = Pattern("[" + HIDDEN + "]")
-NOT_SHOWN_AS_IS = Pattern("[\x00-\x1f\x7f-\x9f\u2028\u2029" + HIDDEN + "]")
+# Surrogates too: a path's undecodable bytes (surrogateescape), which UTF-8 cannot write.
+NOT_SHOWN_AS_IS = Pattern("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff" + HIDDEN + "]")
 MAX_TEXT = 20000      # characters of one text worth folding: ten times the longest a tool takes
 LINE_CAP = 300
 # What reading a Capsule whose fields have the wrong shape raises.
@@ -6361,8 +6426,8 @@ def as_bytes(make):
 def zip_bytes(entries):
     """A zip of (name, bytes) entries that is the same for the same entries on
     every Python and zlib: build_zipapp.py's fixed date, host and mode, and
-    stored rather than deflated (the .pyz is compressed already, and deflate's
-    output may change with the zlib a Python carries)."""
+    stored rather than deflated, as the .pyz is (deflate's output may change
+    with the zlib a Python carries)."""
     import io
     import zipfile
     buffer = io.BytesIO()
@@ -7167,8 +7232,8 @@ def add_entry_line(found, name):
 
 def check_python(found):
     import platform
-    detail = "Python %s (%s) at %s%s, bytecode: %s" % (
-        platform.python_version(), platform.python_implementation(), shown_path(sys.executable),
+    detail = "%s; Python %s (%s) at %s%s, bytecode: %s" % (
+        running_build(), platform.python_version(), platform.python_implementation(), shown_path(sys.executable),
         interpreter_origin(found), globals().get("BYTECODE_ORIGIN") or "source")
     if sys.version_info[:2] > NEWEST_TESTED:
         newest = "%d.%d" % NEWEST_TESTED
@@ -7176,6 +7241,17 @@ def check_python(found):
         return Check("warn", None, detail + ", newer than the newest this release was tested on (%s)"
                 % newest, doctor_command(found, "mcp", "print-config", "--python", python=python))
     return Check("ok", None, detail, None)
+
+
+def running_build():
+    """Which memprove-mcp runs: the version and, from an archive, its SHA-256."""
+    try:
+        archive = archive_digest()
+    except OSError as error:
+        return "memprove-mcp %s, its archive unreadable (%s)" % (VERSION, unreadable_archive(error))
+    if archive is None:
+        return "memprove-mcp %s run from its source, not an archive" % VERSION
+    return "memprove-mcp %s, archive sha256 %s" % (VERSION, archive[1])
 
 
 def interpreter_origin(found):

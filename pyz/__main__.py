@@ -211,6 +211,7 @@ def run():
     module.__loader__ = __loader__
     module.__spec__ = type(__spec__)(MODULE, __loader__, origin=path)
     module.BYTECODE_ORIGIN = origin
+    module.SOURCE_SHA256 = SOURCE_SHA256    # so --version reads no file the archive's path holds now
     sys.modules[MODULE] = module
     exec(code, module.__dict__)
     return module.main()

@@ -21,11 +21,11 @@ import sys
 
 import pytest
 
-from harness import (PATIENT_TIMEOUT, SAFETY_TIMEOUT, SERVER_PYTHONS, TEST_PROFILE, TEST_PROFILES,
-                     WINDOWS_VERSIONS, Config, Server, Windows, build_pyz, built_once, clean_env,
-                     default_server_python, make_workspace, require_python,
-                     require_windows_python, server_is_windows, skip_posix_only_tests,
-                     started_daemon)
+from harness import (HOST_IS_WINDOWS, LINUX_HOST_ONLY, PATIENT_TIMEOUT, SAFETY_TIMEOUT,
+                     SERVER_PYTHONS, TEST_PROFILE, TEST_PROFILES, WINDOWS_VERSIONS, Config,
+                     Server, Windows, build_pyz, built_once, clean_env, default_server_python,
+                     listed_reason, make_workspace, require_python, require_windows_python,
+                     server_is_windows, skip_posix_only_tests, started_daemon)
 
 # The hardening suite's fixtures, for every test file without an import of its own.
 pytest_plugins = ["hardening_support"]
@@ -69,9 +69,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """With MEMPROVE_TEST_SERVER_PYTHON set, run only the tests whose servers it
+    """On a host other than Linux, skip (saying why) the tests that need one: those of
+    LINUX_HOST_ONLY, and on Windows those of WINDOWS_POSIX_ONLY and POSIX_HOST_ONLY and the
+    Windows tier (which drives Windows Python under Wine from Linux).
+
+    With MEMPROVE_TEST_SERVER_PYTHON set, run only the tests whose servers it
     changes: those that start theirs through `start_server` and do not already
     run under each Python through `server_python`."""
+    skip_host_only_tests(items)
     if not os.environ.get("MEMPROVE_TEST_SERVER_PYTHON"):
         return
     keep, drop = [], []
@@ -84,6 +89,23 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
     if server_is_windows():
         skip_posix_only_tests(items)
+
+
+def skip_host_only_tests(items):
+    """pytest_collection_modifyitems's skips for a host other than Linux."""
+    if HOST_IS_WINDOWS:
+        skip_posix_only_tests(items, host=True)
+        for item in items:
+            if "windows_python" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.skip(
+                    reason="the Windows tier drives Windows Python under Wine from a Linux "
+                           "host (tests/windows.sh); here pytest itself runs on Windows"))
+    if not sys.platform.startswith("linux"):
+        for item in items:
+            reason = listed_reason(item, LINUX_HOST_ONLY)
+            if reason:
+                item.add_marker(pytest.mark.skip(
+                    reason="Linux only (pytest on %s): %s" % (sys.platform, reason)))
 
 
 # ---------------------------------------------------------------------------
@@ -102,7 +124,7 @@ def pyz(tmp_path_factory):
                                              for v in SERVER_PYTHONS])
 def server_python(request):
     """Each supported interpreter in turn (with the server under Windows, that one);
-    absent: skipped, or failed under CI=true."""
+    absent: skipped, or failed under MEMPROVE_TEST_STRICT=1."""
     if request.param.startswith("win"):
         return require_windows_python(request.param[len("win"):])
     return require_python(request.param)
@@ -110,7 +132,7 @@ def server_python(request):
 
 @pytest.fixture(params=WINDOWS_VERSIONS, ids=["win" + v for v in WINDOWS_VERSIONS])
 def windows_python(request):
-    """Each Windows Python in turn; not set up: skipped, or failed under CI=true."""
+    """Each Windows Python in turn; not set up: skipped, or failed under MEMPROVE_TEST_STRICT=1."""
     return require_windows_python(request.param)
 
 
@@ -121,12 +143,13 @@ def newest_python():
 
 @pytest.fixture(scope="session")
 def server_version(pyz, tmp_path_factory):
-    """V of `--version` (`memprove-mcp V (<12 hex>)`)."""
+    """V of `--version` (`memprove-mcp V (<12 hex>)`, then the archive's SHA-256 and path)."""
     # A HOME of its own: the .pyz's folder is shared, and a test snapshots it.
     done = subprocess.run([sys.executable, str(pyz), "--version"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT,
                           env=clean_env(str(tmp_path_factory.mktemp("version-home"))))
-    match = re.match(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\n\Z", done.stdout.decode())
+    match = re.match(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\nsha256 [0-9a-f]{64}  .+\n\Z",
+                     done.stdout.decode())
     assert match, done.stdout
     return match.group(1)
 

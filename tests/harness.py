@@ -15,6 +15,7 @@ import contextlib
 import errno
 import glob
 import hashlib
+import io
 import json
 import os
 import queue
@@ -125,12 +126,24 @@ def depth(full):
     return full if TEST_PROFILE == "ci" else max(10, full // QUICK_SHARE)
 
 
+# A tier this machine lacks (an interpreter, Windows under Wine, root, the interop
+# clients) is a skip that says how to get it, unless MEMPROVE_TEST_STRICT=1: then it fails
+# the run.  .ci/run sets it, since it provides every tier; the project's own variable, not
+# CI, which GitHub's runners set too, where Wine, root and the chroot do not exist.
+STRICT_VARIABLE = "MEMPROVE_TEST_STRICT"
+
+
+def strict():
+    """True when a missing tier fails the run rather than skipping (MEMPROVE_TEST_STRICT=1)."""
+    return os.environ.get(STRICT_VARIABLE, "").strip() == "1"
+
+
 def _load_hypothesis_profile():
     """Hypothesis's own profiles, for every property that does not count its examples
     itself; the fuzzers count theirs with depth()."""
     try:
         from hypothesis import settings
-    except ImportError:      # the modules that need it skip (or fail under CI=true) saying so
+    except ImportError:      # the modules that need it skip (or fail when strict) saying so
         return
     settings.register_profile("ci", max_examples=100)
     settings.register_profile("quick", max_examples=100 // QUICK_SHARE)
@@ -164,7 +177,9 @@ def exclusive_lock(path):
                     msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
                     break
                 except OSError as error:
-                    if error.errno != errno.EDEADLOCK:   # LK_LOCK gives up after ten seconds
+                    # LK_LOCK gives up after ten seconds (Wine's ucrtbase: after ten
+                    # milliseconds, leaving errno 0): try again.
+                    if error.errno not in (errno.EDEADLOCK, 0):
                         raise
             try:
                 yield
@@ -201,8 +216,44 @@ def built_once(tmp_path_factory, name, build):
 # The .pyz and the interpreters
 # ---------------------------------------------------------------------------
 
+# MEMPROVE_TEST_PYZ names an archive the tests take instead of building one: the release
+# workflow runs the suite against the very bytes it publishes.  (tests/test_build.py, which
+# tests the build itself, still builds its own.)
+PYZ_VARIABLE = "MEMPROVE_TEST_PYZ"
+
+
+def assert_built_from_this_tree(data):
+    """A given archive must be this tree's: the bytes build_zipapp.py makes of this tree's
+    module and pyz/ with the archive's own bytecode entries (which only each interpreter
+    could make again), or the tests would pass for an archive they do not describe."""
+    import importlib.util
+    import io
+    import zipfile
+    spec = importlib.util.spec_from_file_location("build_zipapp_of_the_tree",
+                                                  str(REPO / "build_zipapp.py"))
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        bytecode = [build.Bytecode(name.split("/")[1], "", "", archive.read(name))
+                    for name in archive.namelist() if name.startswith("pyc/")]
+    expected = build.archive_bytes((REPO / "memprove_mcp.py").read_bytes(), bytecode)
+    assert data == expected, "%s names an archive not built from this tree (its module or " \
+        "pyz/ differ)" % PYZ_VARIABLE
+
+
 def build_pyz(folder):
+    """folder/memprove_mcp.pyz: built from this tree with every interpreter find_python
+    finds, or a copy of the archive MEMPROVE_TEST_PYZ names: its bytes, in this run's
+    temporary folder (which the chroot's interpreters see) as a built one is, with the mode
+    the build gives (an artifact or a download keeps the bytes, not the mode)."""
     out = folder / "memprove_mcp.pyz"
+    given = os.environ.get(PYZ_VARIABLE, "").strip()
+    if given:
+        assert os.path.isfile(given), "%s=%s is not a file" % (PYZ_VARIABLE, given)
+        shutil.copyfile(given, str(out))
+        os.chmod(str(out), 0o755)       # build_zipapp.py's ARCHIVE_MODE
+        assert_built_from_this_tree(out.read_bytes())
+        return out
     pythons = []
     for minor in PYTHON_VERSIONS:
         if find_python(minor):
@@ -284,6 +335,8 @@ def find_python(minor):
             # Its sys.executable is a path inside the chroot: keep the wrapper's.
             if wrapper.is_file() and _real_interpreter(str(wrapper), minor, cwd="/tmp"):
                 found = str(wrapper)
+        if not found and minor == "%d.%d" % sys.version_info[:2]:
+            found = sys.executable      # a host without pyenv (Windows, macOS): the tests' own
         _FOUND[minor] = found
     return _FOUND[minor]
 
@@ -296,7 +349,7 @@ def how_to_get(minor):
 
 
 def require_python(minor):
-    """find_python(minor), else skip naming the command that gets it (fail under CI=true)."""
+    """find_python(minor), else skip naming the command that gets it (fail when strict())."""
     path = find_python(minor)
     reason = None
     if path is None:
@@ -306,8 +359,8 @@ def require_python(minor):
         reason = ("Python %s runs in a chroot that shares only /tmp, and the tests' files go "
                   "to %s: unset TMPDIR" % (minor, tempfile.gettempdir()))
     if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + " (CI=true requires every Python %s to %s)"
+        if strict():
+            pytest.fail(reason + " (MEMPROVE_TEST_STRICT=1 requires every Python %s to %s)"
                         % (PYTHON_VERSIONS[0], PYTHON_VERSIONS[-1]))
         pytest.skip(reason)
     return path
@@ -342,6 +395,11 @@ def default_server_python():
 WINDOWS_VERSIONS = ("3.8", "3.13")
 WINDOWS_SCRIPT = "tests/windows.sh"
 
+# pytest itself on Windows (the CI's windows-latest): every Python there is a Windows one,
+# paths are the host's own, and the tests that need a POSIX host are skipped (conftest.py,
+# WINDOWS_POSIX_ONLY and POSIX_HOST_ONLY).
+HOST_IS_WINDOWS = os.name == "nt"
+
 
 def windows_bin():
     return wrappers_bin("MEMPROVE_TEST_WINDOWS_BIN", "memprove-mcp-windows")
@@ -371,14 +429,14 @@ def find_windows_python(minor):
 
 def require_windows_python(minor):
     """find_windows_python(minor), else skip naming the command that sets it up
-    (fail under CI=true)."""
+    (fail when strict())."""
     path = find_windows_python(minor)
     if path is None:
         reason = ("Windows Python %s under Wine is not set up (no working %s); get it with: "
                   "%s (as root, or as yourself once `sudo apt-get install wine64 wine64-preloader` is done)"
                   % (minor, windows_bin() / ("python-win" + minor), WINDOWS_SCRIPT))
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + " (CI=true requires the Windows tier)")
+        if strict():
+            pytest.fail(reason + " (MEMPROVE_TEST_STRICT=1 requires the Windows tier)")
         pytest.skip(reason)
     return path
 
@@ -395,7 +453,10 @@ SERVER_PYTHONS = ((os.environ["MEMPROVE_TEST_SERVER_PYTHON"],) if server_is_wind
 
 
 def is_windows_python(python):
-    return Path(str(python)).parent == windows_bin() and Path(str(python)).name.startswith("python-win")
+    """True for tests/windows.sh's wrappers, and for every Python when the tests themselves
+    run on Windows (HOST_IS_WINDOWS)."""
+    return HOST_IS_WINDOWS or (Path(str(python)).parent == windows_bin()
+                               and Path(str(python)).name.startswith("python-win"))
 
 
 _SERVER_PATHS = {}
@@ -405,7 +466,7 @@ def server_path(path, python=None):
     """`path` as a server under `python` (default: default_server_python()) computes
     it, os.path.realpath there: resolved, and under Wine in Windows form (Z:\\tmp\\x)."""
     python = python or default_server_python()
-    if not is_windows_python(python):
+    if HOST_IS_WINDOWS or not is_windows_python(python):
         return os.path.realpath(str(path))
     key = (str(python), str(path))
     if key not in _SERVER_PATHS:
@@ -419,7 +480,7 @@ def server_file_uri(path, python=None, resolved=True):
     keeps the links in `path` as written (Wine's Z: drive is /)."""
     local = server_path(path, python) if resolved else os.path.abspath(str(path))
     if is_windows_python(python or default_server_python()):
-        if not resolved:
+        if not resolved and not HOST_IS_WINDOWS:
             local = "Z:" + local
         return "file:///" + quote(local.replace("\\", "/"), safe="/:")
     return "file://" + quote(local)
@@ -430,6 +491,8 @@ def default_config_dir(home, python=None):
     to (contract.md §1): ~/.config/memprove, and on Windows %APPDATA%\\memprove
     (Wine sets APPDATA whatever the caller passes)."""
     python = python or default_server_python()
+    if HOST_IS_WINDOWS:
+        return str(Path(home) / "AppData" / "Roaming" / "memprove")     # clean_env's APPDATA
     if not is_windows_python(python):
         return str(Path(home) / ".config" / "memprove")
     return ask_python(python, "os.path.join(os.environ['APPDATA'], 'memprove')")
@@ -666,14 +729,194 @@ WINDOWS_POSIX_ONLY = {
 }
 
 
-def skip_posix_only_tests(items):
+# Reasons POSIX_HOST_ONLY gives more than once.
+SHEBANG = ("runs the .pyz as a program, by its shebang (Windows starts a program by its "
+           "extension: WinError 193)")
+POSIX_CACHE = ("the bytecode cache's POSIX folder ($XDG_CACHE_HOME or ~/.cache; under Windows "
+               "it is %LOCALAPPDATA%'s, which the Windows tier's test_bytecode_cache.py tests)")
+
+POSIX_FIX_LINES = ("expects doctor's sh fix lines (export, mkdir -p -m 700, chmod, sh quoting); "
+                   "on Windows they are PowerShell's, which test_doctor_fix_lines.py checks")
+POSIX_MODES = "POSIX file modes and owners (Windows has ACLs: contract.md §6 rules 25 and 31)"
+NO_FIFOS = "os.mkfifo (Windows has no FIFOs)"
+POSIX_LINKS = ("POSIX symbolic links and O_NOFOLLOW (Windows's need a privilege; Wine shows a "
+               "Unix link as the file it names)")
+POSIX_UIDS = ("judges POSIX owners given a POSIX platform, against this process's uid "
+              "(os.geteuid, which Windows has not)")
+POSIX_CLIENTS = ("print-config's POSIX entries (the .pyz as their command) and the clients' "
+                 "POSIX files; Windows's are the Windows tier's (test_where_line_names_real_windows_files)")
+CONTROL_NAMES = "a file name holding a control character (Windows forbids them)"
+CODEX_TRUST = ("Codex's trust of the kit's POSIX hook handlers (a Windows handler's trusted_hash "
+               "is not known, so doctor does not judge it)")
+POSIX_ENTRY = ("hand-writes the POSIX layout of an entry, the .pyz as its command (on Windows "
+               "the entry names the interpreter first and doctor fails a bare .pyz)")
+
+# Tests that need the tests' own process on POSIX (fcntl, termios, ptys, os.mkfifo,
+# preexec_fn, sh, a .pyz run by its shebang): skipped, with WINDOWS_POSIX_ONLY's, when
+# pytest itself runs on Windows (HOST_IS_WINDOWS).
+POSIX_HOST_ONLY = {
+    "test_cli.py::test_pyz_runs_by_its_shebang": SHEBANG,
+    "test_cli.py::test_rule35_a_log_no_command_may_write_gets_nothing_and_holds_none_up[fifo]":
+        "os.mkfifo (Windows has no FIFOs)",
+    "test_cli.py::test_rule35_a_log_no_command_may_write_gets_nothing_and_holds_none_up[link]":
+        "a POSIX symbolic link (Windows's need a privilege; Wine shows a Unix link as the file "
+        "it names)",
+    "test_build.py::test_real_pyz_prints_its_version": SHEBANG,
+    "test_build.py::test_stand_in_pyz_runs_directly_and_through_python": SHEBANG,
+    "test_build.py::test_pyz_runs_from_a_path_with_a_space_and_through_a_symlink": SHEBANG,
+    "test_build.py::test_reproducible_across_dirs_mtimes_modes_umasks_and_cwds":
+        "umasks set by preexec_fn, and file modes (Windows has ACLs)",
+    "test_build.py::test_archive_layout": "the archive's executable bits (Windows has ACLs)",
+    "test_build.py::test_unknown_python_compiles_once_then_starts_from_the_cache": POSIX_CACHE,
+    "test_build.py::test_the_cache_defaults_to_home_dot_cache": POSIX_CACHE,
+    "test_build.py::test_a_damaged_cache_file_is_ignored_and_replaced": POSIX_CACHE,
+    "test_build.py::test_a_foreign_cache_file_is_ignored_and_replaced": POSIX_CACHE,
+    "test_build.py::test_nothing_is_written_under_dont_write_bytecode": POSIX_CACHE,
+    "test_build.py::test_a_cache_directory_others_can_write_is_made_private_and_not_trusted":
+        POSIX_CACHE,
+    "test_bytecode_cache.py::test_anything_but_the_users_own_regular_file_is_ignored_and_replaced":
+        POSIX_CACHE,
+    "test_bytecode_cache.py::test_prepare_makes_a_missing_directory_0700_only_when_writable":
+        POSIX_CACHE,
+    "test_bytecode_cache.py::test_prepare_empties_a_directory_others_could_write_and_follows_no_link":
+        POSIX_CACHE,
+    "test_bytecode_cache.py::test_write_replaces_a_link_in_its_place_without_following_it":
+        POSIX_CACHE,
+    "test_bytecode_cache.py::test_a_directory_others_can_only_read_is_made_private_and_used":
+        POSIX_CACHE,
+    "test_bytecode_cache.py::test_the_archive_runs_its_cache_writer_as_a_module_whose_lines_are_pyz_s":
+        POSIX_CACHE,
+    "test_bytecode_cache.py::test_a_directory_others_can_write_is_emptied_before_use":
+        POSIX_CACHE,
+    "test_bytecode_cache.py::test_dont_write_bytecode_changes_nothing_and_reads_only_what_no_one_else_could_write":
+        POSIX_CACHE,
+    "test_transport.py::test_rule5_nonblocking_stdout_loses_no_answer":
+        "a wrapper run by its shebang sets O_NONBLOCK on standard output with fcntl",
+    "test_hygiene.py::test_the_readme_by_hand_lines_speak_mcp":
+        "runs the README's lines for Linux and macOS with sh",
+    "test_hygiene.py::test_the_readme_quick_start_runs_as_written":
+        "runs the README's lines for Linux and macOS with sh",
+    # doctor's fix lines in sh (PowerShell on Windows)
+    "test_doctor.py::test_rule35_environment_warns_for_a_log_that_is_not_a_regular_file":
+        POSIX_FIX_LINES,
+    "test_doctor.py::test_rule35_environment_warns_for_a_relative_log_path": POSIX_FIX_LINES,
+    "test_doctor.py::test_config_dir_from_option": POSIX_FIX_LINES,
+    "test_doctor.py::test_config_dir_missing_warns": POSIX_FIX_LINES,
+    "test_doctor.py::test_token_missing": POSIX_FIX_LINES,
+    "test_doctor.py::test_data_dir_not_set": POSIX_FIX_LINES,
+    "test_doctor.py::test_no_client_entry_warns_with_the_clients_own_command": POSIX_FIX_LINES,
+    "test_doctor.py::test_client_fix_is_the_named_clients_command": POSIX_FIX_LINES,
+    "test_doctor.py::test_a_client_without_an_add_command_gets_print_config_and_the_file":
+        POSIX_FIX_LINES,
+    "test_doctor_fix_lines.py::test_rule33_doctor_shows_a_configuration_directory_hiding_text_escaped":
+        POSIX_FIX_LINES,
+    "test_plugin.py::test_doctor_warns_of_a_kit_from_other_bytes_with_the_update_commands":
+        POSIX_FIX_LINES,
+    "test_doctor.py::test_rule29_doctors_fixes_never_run_a_command_from_a_path":
+        "pastes doctor's fixes into sh (on Windows they are PowerShell lines), from paths "
+        "holding control characters",
+    # POSIX entries and files
+    "test_doctor.py::test_hand_written_codex_toml": POSIX_ENTRY,
+    "test_doctor.py::test_goose_yaml": POSIX_ENTRY,
+    "test_doctor.py::test_continue_yaml_block_file": POSIX_ENTRY,
+    "test_clients.py::test_every_client_parses_to_the_documented_entry": POSIX_CLIENTS,
+    "test_clients.py::test_claude_code_is_the_default_byte_for_byte": POSIX_CLIENTS,
+    "test_clients.py::test_the_default_output_is_the_golden_without_any_option": POSIX_CLIENTS,
+    "test_clients.py::test_every_client_under_every_python": POSIX_CLIENTS,
+    "test_stop_hook.py::test_doctor_codex_untrusted_hooks_warn": CODEX_TRUST,
+    "test_stop_hook.py::test_doctor_codex_a_stop_hook_never_trusted_warns": CODEX_TRUST,
+    "test_stop_hook.py::test_doctor_codex_trusted_for_an_earlier_kit_warns_modified": CODEX_TRUST,
+    # modes, owners and uids
+    "test_doctor.py::test_token_file_open_to_others_warns": POSIX_MODES,
+    "test_doctor.py::test_rule31_doctor_fails_a_config_dir_others_can_write": POSIX_MODES,
+    "test_doctor.py::test_rule25_doctor_fails_a_kit_others_can_change": POSIX_MODES,
+    "test_plugin.py::test_rule25_a_kit_below_a_folder_others_can_write_is_refused": POSIX_MODES,
+    "test_context_file.py::test_read_only_context_directory":
+        "a folder made read-only by its mode (Windows has ACLs)",
+    "test_context_file.py::test_unreadable_context[unreadable]":
+        "a file made unreadable by its mode (Windows has ACLs)",
+    "test_plugin.py::test_rule36_under_umask_002_the_folders_made_are_0755_and_the_update_is_written":
+        "a umask set by a wrapper run by its shebang, and file modes (Windows has ACLs)",
+    "test_configuration.py::test_daemon_json_believed_only_from_the_user_root_or_one_service_account":
+        POSIX_UIDS,
+    "test_configuration.py::test_a_service_account_is_refused_where_no_one_can_tell_who_listens":
+        POSIX_UIDS,
+    # FIFOs, links, devices
+    "test_doctor.py::test_a_fifo_as_a_client_file_never_blocks": NO_FIFOS,
+    "test_doctor.py::test_rule28_a_fifo_as_the_kits_pyz_never_blocks": NO_FIFOS,
+    "test_hook.py::test_rule35_a_log_that_is_a_fifo_nobody_reads_neither_hangs_the_hook_nor_gets_a_byte":
+        NO_FIFOS,
+    "test_context_file.py::test_fifo_instead_of_a_file": NO_FIFOS,
+    "test_cli.py::test_version_says_unknown_for_an_archive_it_cannot_read[fifo]": NO_FIFOS,
+    "test_cli.py::test_version_says_unknown_for_an_archive_it_cannot_read[/dev/zero]":
+        "a link to /dev/zero (Windows has no devices in its file system)",
+    "test_doctor.py::test_linked_context_lock_is_named": POSIX_LINKS,
+    "test_doctor.py::test_linked_memprove_or_context_is_named": POSIX_LINKS,
+    "test_doctor.py::test_rule28_a_kits_pyz_linked_to_dev_zero_costs_bounded_memory":
+        "a link to /dev/zero, and a memory limit set by preexec_fn",
+    "test_platform_table.py::test_xdg_config_home_moves_the_files_of_the_clients_that_read_it":
+        "a POSIX platform's XDG_CONFIG_HOME judged by the host's os.path (ntpath.isabs('/xdg') "
+        "is False)",
+    # names Windows cannot hold
+    "test_cli.py::test_version_quotes_an_archive_path_utf8_cannot_write":
+        "a path of arbitrary bytes (Windows paths are UTF-16)",
+    "test_build.py::test_an_archive_name_the_sums_cannot_hold_is_refused[backslash]":
+        "a backslash in a file name (on Windows it separates folders)",
+    "test_clients.py::test_a_path_that_is_not_utf8_is_refused_in_one_line":
+        "a path of arbitrary bytes (Windows paths are UTF-16)",
+    "test_clients.py::test_the_where_line_stays_one_line[claude-code-two\\nlines]": CONTROL_NAMES,
+    "test_clients.py::test_the_where_line_stays_one_line[claude-code-esc\\x1b[31mred]": CONTROL_NAMES,
+    "test_clients.py::test_the_where_line_stays_one_line[gemini-two\\nlines]": CONTROL_NAMES,
+    "test_clients.py::test_the_where_line_stays_one_line[gemini-esc\\x1b[31mred]": CONTROL_NAMES,
+    "test_clients.py::test_the_where_line_stays_one_line[vscode-two\\nlines]": CONTROL_NAMES,
+    "test_clients.py::test_the_where_line_stays_one_line[vscode-esc\\x1b[31mred]": CONTROL_NAMES,
+    "test_doctor_clients.py::test_rule23_a_repositorys_mcp_json_cannot_write_a_doctor_line":
+        CONTROL_NAMES + ", and /bin/sh",
+    # processes: a deleted working directory, SIGTERM
+    "test_print_config.py::test_rule11_print_config_in_a_deleted_working_directory":
+        "deleting a process's working directory (Windows refuses to), in a wrapper run by its "
+        "shebang",
+    "test_plugin.py::test_doctor_judges_no_gemini_rule_from_a_deleted_working_directory":
+        "deleting a process's working directory (Windows refuses to), with sh",
+    "test_ledgerd.py::test_cli_prints_its_line_and_serves":
+        "stops the daemon by SIGTERM and expects its clean exit (on Windows that is "
+        "TerminateProcess), and file modes",
+}
+
+# Tests that need a Linux host (/proc, unshare(1), Linux's listener tables) and do not
+# skip by themselves: skipped, saying why, when pytest runs elsewhere (macOS, Windows).
+LINUX_HOST_ONLY = {
+    "test_plugin.py::test_standard_output_gives_each_clients_commands_for_this_shell":
+        "the kit's commands as printed on Linux: sh quoting, no Claude Desktop block (macOS "
+        "and Windows have one)",
+    "test_daemon_client.py::test_answer_over_64_mib_without_a_length":
+        "reads the server's peak memory (VmHWM) from /proc",
+}
+
+
+def listed_reason(item, *tables):
+    """The reason the first of `tables` gives for the test `item`, or None.  Keys:
+    "file.py" (every test in it), "file.py::test" (every parameter) or
+    "file.py::test[id]" (that one)."""
+    path, _, test = item.nodeid.partition("::")
+    file_name = path.rpartition("/")[2]
+    keys = (file_name, file_name + "::" + test.split("[")[0], file_name + "::" + test)
+    for table in tables:
+        for key in keys:
+            if key in table:
+                return table[key]
+    return None
+
+
+def skip_posix_only_tests(items, host=False):
+    """Skip, saying why, the tests WINDOWS_POSIX_ONLY lists (the server under Windows),
+    and with host=True (pytest on Windows) POSIX_HOST_ONLY's too."""
+    tables = (WINDOWS_POSIX_ONLY, POSIX_HOST_ONLY) if host else (WINDOWS_POSIX_ONLY,)
+    where = "pytest on Windows" if host else "server under Windows"
     for item in items:
-        file_name, _, test = item.nodeid.split("[")[0].rpartition("/")[2].partition("::")
-        for key in (file_name, file_name + "::" + test):
-            if key in WINDOWS_POSIX_ONLY:
-                item.add_marker(pytest.mark.skip(
-                    reason="POSIX only (server under Windows): " + WINDOWS_POSIX_ONLY[key]))
-                break
+        reason = listed_reason(item, *tables)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason="POSIX only (%s): %s" % (where, reason)))
 
 
 # ---------------------------------------------------------------------------
@@ -684,6 +927,14 @@ def clean_env(home, extra=None):
     """PATH, HOME and LANG only: no MEMPROVE_*, CLAUDE_PROJECT_DIR, XDG_* or proxy
     variable of the outer environment reaches the server; callers add theirs."""
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), "LANG": "C.UTF-8"}
+    if HOST_IS_WINDOWS:
+        # What a Windows process needs (SYSTEMROOT: Winsock; TEMP, COMSPEC...), and the
+        # profile folders under this HOME, so that no test reads or writes the host's own.
+        for key in ("SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "TEMP", "TMP"):
+            if os.environ.get(key):
+                env[key] = os.environ[key]
+        env.update(USERPROFILE=str(home), APPDATA=str(Path(home) / "AppData" / "Roaming"),
+                   LOCALAPPDATA=str(Path(home) / "AppData" / "Local"))
     for key, value in (extra or {}).items():
         if value is None:
             env.pop(key, None)
@@ -902,7 +1153,9 @@ class Server:
     # -- reading -----------------------------------------------------------
 
     def _read_stdout(self):
-        for line in iter(self.proc.stdout.readline, b""):
+        # Buffered: the raw stream's readline reads a byte at a time (a 1 MiB line took
+        # over 30 s under Wine); a buffered read takes what the pipe holds, never waits for more.
+        for line in iter(io.BufferedReader(self.proc.stdout, 1 << 16).readline, b""):
             self.raw_stdout.append(line)
             try:
                 message = strict_json(line)
@@ -1365,8 +1618,9 @@ def codex_installed(home, kit, enabled=True):
     shutil.copytree(str(kit / "memprove"), str(codex / "plugins" / "cache" / "memprove" /
                                                "memprove" / version))
     (codex / "config.toml").write_text(
-        'model = "x"\n\n[marketplaces.memprove]\nsource_type = "local"\nsource = "%s"\n\n'
-        '[plugins."memprove@memprove"]\nenabled = %s\n' % (kit, "true" if enabled else "false"))
+        'model = "x"\n\n[marketplaces.memprove]\nsource_type = "local"\nsource = %s\n\n'
+        '[plugins."memprove@memprove"]\nenabled = %s\n'         # (a TOML string: a Windows path's \)
+        % (json.dumps(str(kit)), "true" if enabled else "false"))
 
 
 def closed_port_url():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import PYTHON_VERSIONS, built_once, find_python, how_to_get, require_python
+from harness import PYTHON_VERSIONS, built_once, find_python, how_to_get, require_python, strict
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "build_zipapp.py"
@@ -42,6 +42,7 @@ def entry_names(archive):
     return names
 
 
+BYTECODE_LINE = re.compile(r"^  bytecode (cpython-3[0-9]+) from CPython 3\.[0-9]+\.[0-9]+\S* \(.+\)$")
 VERSION_LINE = re.compile(r"^memprove-mcp \S+ \(([0-9a-f]{12})\)$")
 BUILT_LINE = re.compile(r"^built (.+) \((\d+) bytes, sha256 ([0-9a-f]{64})\)$")
 GUARD_LINE = re.compile(r"^memprove-mcp needs Python 3\.6 or newer; this is Python (\d+\.\d+\.\d+)\.$")
@@ -78,8 +79,8 @@ def main(argv=None):
 '''
 
 OLD_PYTHONS = [("2.7.18", "python2.7")]     # 3.0-3.5 are not in pyenv here
-# The build script itself runs on 3.7 and newer (3.6's zipfile has no compresslevel).
-BUILD_VERSIONS = [v for v in PYTHON_VERSIONS if v != "3.6"]
+# The build script runs on every Python the server does (entries stored, no compresslevel).
+BUILD_VERSIONS = PYTHON_VERSIONS
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,14 +109,14 @@ def find_pyenv_python(version, name):
     return None
 
 
-def pyenv_python(version, name, strict_in_ci):
-    """The pyenv interpreter's path; skip when absent (fail instead under CI=true)."""
+def pyenv_python(version, name):
+    """The pyenv interpreter's path; skip when absent (fail instead when strict())."""
     path = find_pyenv_python(version, name)
     if path is None:
         message = "%s %s is not installed (looked under %s); get it with: pyenv install %s" % (
             name, version, ", ".join(str(root / "versions") for root in pyenv_roots()), version)
-        if strict_in_ci and os.environ.get("CI") == "true":
-            pytest.fail(message + "; CI=true requires it")
+        if strict():
+            pytest.fail(message + " (MEMPROVE_TEST_STRICT=1 requires it)")
         pytest.skip(message)
     return path
 
@@ -176,14 +177,20 @@ def run_pyz(command, cwd, env=None):
                           timeout=120, env=env)
 
 
-def assert_version(done, source_bytes):
+def assert_version(done, source_bytes, archive=None):
+    """--version's first line names the source's digest; the real module's, run from
+    `archive`, adds the archive's SHA-256 and path as a SHA256SUMS line has them."""
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     lines = done.stdout.splitlines()
-    assert len(lines) == 1, done.stdout
     match = VERSION_LINE.match(lines[0])
     assert match, lines[0]
     assert match.group(1) == sha256(source_bytes)[:12]
+    if archive is None:
+        assert len(lines) == 1, done.stdout
+    else:
+        assert lines[1:] == ["sha256 %s  %s" % (sha256(Path(archive).read_bytes()),
+                                                os.path.abspath(str(archive)))], done.stdout
 
 
 def env_with_python3_first(tmp_path):
@@ -253,15 +260,20 @@ def test_reproducible_across_dirs_mtimes_modes_umasks_and_cwds(tmp_path, module_
     # The umask reaches neither content nor mode.
     assert out_a.stat().st_mode & 0o777 == 0o755
     assert out_b.stat().st_mode & 0o777 == 0o755
-    # The printed line tells the truth about the file.
+    # The printed lines tell the truth about the file, and so does SHA256SUMS beside it.
     for done, out, data in ((done_a, out_a, bytes_a), (done_b, out_b, bytes_b)):
         lines = done.stdout.splitlines()
-        assert len(lines) == 1, done.stdout
         match = BUILT_LINE.match(lines[0])
         assert match, lines[0]
         assert Path(match.group(1)) == out
         assert int(match.group(2)) == len(data)
         assert match.group(3) == sha256(data)
+        with zipfile.ZipFile(str(out)) as archive:
+            tags = [name.split("/")[1] for name in archive.namelist() if name.startswith("pyc/")]
+        assert sorted(BYTECODE_LINE.match(line).group(1) for line in lines[1:]) == sorted(tags)
+        sums = out.parent / "SHA256SUMS"
+        assert sums.read_text("ascii") == "%s  %s\n" % (sha256(data), out.name)
+        assert sums.stat().st_mode & 0o777 == 0o644
 
 
 def test_one_byte_change_changes_the_digest(tmp_path, module_source):
@@ -331,7 +343,7 @@ def test_archive_layout(tmp_path):
             assert info.date_time == (1980, 1, 1, 0, 0, 0)
             assert info.create_system == 3
             assert info.external_attr == 0o644 << 16
-            assert info.compress_type == zipfile.ZIP_DEFLATED
+            assert info.compress_type == zipfile.ZIP_STORED      # no zlib in its bytes
         assert archive.read("memprove_mcp.py") == STAND_IN
         main_py = archive.read("__main__.py")
         assert archive.read("bytecode_cache.py") == (PROGRAMS / "bytecode_cache.py").read_bytes()
@@ -418,15 +430,22 @@ def test_each_python_runs_its_shipped_bytecode(stand_in_with_all, tmp_path, mino
 @pytest.mark.parametrize("minor", PYTHON_VERSIONS, ids=["py" + v for v in PYTHON_VERSIONS])
 def test_each_python_starts_the_real_module_from_its_bytecode(pyz, tmp_path, minor):
     """The session's .pyz (bytecode of all ten) answers --version under each
-    Python without compiling: no bytecode cache appears."""
+    Python without compiling: no bytecode cache appears.  An archive MEMPROVE_TEST_PYZ
+    names carries the bytecode of the Pythons its build was given (a release's notes
+    list them): a Python it has none for is a skip that says so."""
     python = require_python(minor)
+    if os.environ.get("MEMPROVE_TEST_PYZ", "").strip():
+        with zipfile.ZipFile(str(pyz)) as archive:
+            if "pyc/%s/memprove_mcp.pyc" % cache_tag(minor) not in archive.namelist():
+                pytest.skip("the archive MEMPROVE_TEST_PYZ names carries no bytecode for "
+                            "Python %s" % minor)
     done = subprocess.run([python, str(pyz), "--version"], cwd=str(tmp_path),
                           env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
     assert done.returncode == 0, done.stderr
     with zipfile.ZipFile(str(pyz)) as archive:
         packed = archive.read("memprove_mcp.py")     # the module may have changed since
-    assert VERSION_LINE.match(done.stdout.decode().strip()).group(1) == sha256(packed)[:12]
+    assert VERSION_LINE.match(done.stdout.decode().splitlines()[0]).group(1) == sha256(packed)[:12]
     assert not (tmp_path / ".cache").exists()
 
 
@@ -576,8 +595,8 @@ def test_a_foreign_cache_file_is_ignored_and_replaced(tmp_path, foreign):
             reason = ("needs a second Python besides this %s (no other of %s to %s is found); get "
                       "one with: %s" % (mine, PYTHON_VERSIONS[0], PYTHON_VERSIONS[-1],
                                         how_to_get(another)))
-            if os.environ.get("CI") == "true":
-                pytest.fail(reason + " (CI=true requires every Python)")
+            if strict():
+                pytest.fail(reason + " (MEMPROVE_TEST_STRICT=1 requires every Python)")
             pytest.skip(reason)
         other = others[0]
         other_pyz, other_tag = without_own_bytecode(tmp_path / "other", other)
@@ -669,7 +688,7 @@ def test_failed_build_keeps_the_old_archive_and_leaves_no_temp_file(tmp_path):
     assert missing.returncode == 1
     assert "cannot read" in missing.stderr
     assert good.read_bytes() == before
-    assert sorted(p.name for p in out_dir.iterdir()) == [good.name]
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted([good.name, "SHA256SUMS"])
 
 
 @pytest.mark.parametrize("fault", ["bytecode_cache.py missing", "no digest placeholder"])
@@ -704,7 +723,7 @@ def test_failure_while_writing_leaves_no_half_file(tmp_path, monkeypatch):
     monkeypatch.setattr(module.os, "fsync", fail)
     assert module.main(["--source", str(source), "--output", str(output)]) == 1
     assert output.read_bytes() == before
-    assert sorted(p.name for p in output.parent.iterdir()) == [output.name]
+    assert sorted(p.name for p in output.parent.iterdir()) == sorted([output.name, "SHA256SUMS"])
 
 
 def test_usage(tmp_path):
@@ -737,10 +756,11 @@ def test_main_returns_the_status(tmp_path):
 def test_real_pyz_prints_its_version(tmp_path):
     source = REAL_MODULE.read_bytes()
     pyz = build(tmp_path, source)
-    assert_version(run_pyz([sys.executable, str(pyz), "--version"], cwd=tmp_path), source)
-    assert_version(run_pyz([sys.executable, "-I", str(pyz), "--version"], cwd=tmp_path), source)
+    assert_version(run_pyz([sys.executable, str(pyz), "--version"], cwd=tmp_path), source, pyz)
+    assert_version(run_pyz([sys.executable, "-I", str(pyz), "--version"], cwd=tmp_path), source,
+                   pyz)
     assert_version(run_pyz([str(pyz), "--version"], cwd=tmp_path,
-                           env=env_with_python3_first(tmp_path)), source)
+                           env=env_with_python3_first(tmp_path)), source, pyz)
 
 
 def test_a_traceback_through_the_entry_names_the_lines_of_pyz_main(tmp_path):
@@ -787,19 +807,23 @@ def test_pyz_runs_from_a_path_with_a_space_and_through_a_symlink(tmp_path, sourc
     env = env_with_python3_first(tmp_path)
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
+    # The real module names the archive as it was run, the link's path through the link.
+    named = (lambda path: path) if source_kind == "real" else (lambda path: None)
     for target in (pyz, link):
-        assert_version(run_pyz([sys.executable, str(target), "--version"], cwd=elsewhere), source)
-        assert_version(run_pyz([str(target), "--version"], cwd=elsewhere, env=env), source)
+        assert_version(run_pyz([sys.executable, str(target), "--version"], cwd=elsewhere), source,
+                       named(target))
+        assert_version(run_pyz([str(target), "--version"], cwd=elsewhere, env=env), source,
+                       named(target))
     # A relative path through the symlink, too.
     assert_version(run_pyz([sys.executable, os.path.join("..", "links here", link.name),
-                            "--version"], cwd=elsewhere), source)
+                            "--version"], cwd=elsewhere), source, named(link))
 
 
 # --- the old-Python guard ---------------------------------------------------
 
 @pytest.mark.parametrize("version,name", OLD_PYTHONS, ids=[n for _, n in OLD_PYTHONS])
 def test_old_python_gets_one_line_and_status_1(tmp_path, version, name):
-    python = pyenv_python(version, name, strict_in_ci=True)
+    python = pyenv_python(version, name)
     pyz = build(tmp_path)
     done = run_pyz([python, str(pyz), "--version"], cwd=tmp_path)
     assert done.returncode == 1, (done.stdout, done.stderr)
@@ -814,7 +838,7 @@ def test_old_python_gets_one_line_and_status_1(tmp_path, version, name):
 
 @needs_real_module
 def test_old_python_is_refused_before_the_real_module_is_read(tmp_path):
-    python = pyenv_python("2.7.18", "python2.7", strict_in_ci=True)
+    python = pyenv_python("2.7.18", "python2.7")
     pyz = build(tmp_path, REAL_MODULE.read_bytes())
     done = run_pyz([python, str(pyz), "mcp", "serve"], cwd=tmp_path)
     assert (done.returncode, done.stdout) == (1, "")
@@ -828,3 +852,208 @@ def test_supported_python_passes_the_guard(tmp_path, minor):
     python = require_python(minor)
     pyz = build(tmp_path, args=["--no-bytecode"])
     assert_version(run_pyz([python, str(pyz), "--version"], cwd=tmp_path), STAND_IN)
+
+
+# --- the sum and the release (issue 41) ----------------------------------------
+
+@pytest.mark.parametrize("checker", [["sha256sum", "-c"], ["shasum", "-a", "256", "-c"]],
+                         ids=["sha256sum", "shasum"])
+def test_the_sums_file_is_what_the_checkers_read(tmp_path, checker):
+    """SHA256SUMS beside the archive passes `sha256sum -c` (Linux) and `shasum -a 256 -c`
+    (macOS's), run in its folder as the README says, and one changed byte fails both."""
+    if shutil.which(checker[0]) is None:
+        pytest.skip("%s is not installed" % checker[0])
+    pyz = build(tmp_path)
+    done = subprocess.run(checker + ["SHA256SUMS"], cwd=str(pyz.parent), capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "memprove_mcp.pyz: OK\n"), done.stderr
+    data = bytearray(pyz.read_bytes())
+    data[-30] ^= 0x01
+    pyz.write_bytes(bytes(data))
+    done = subprocess.run(checker + ["SHA256SUMS"], cwd=str(pyz.parent), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "memprove_mcp.pyz: FAILED" in done.stdout, done
+
+
+RELEASE_SOURCE = STAND_IN.replace(b"import hashlib\n", b'VERSION = "1.2.3"\nimport hashlib\n', 1)
+CHANGELOG_TEXT = """# Changelog
+
+## [Unreleased]
+
+- Something after.
+
+## [1.2.3] - 2026-12-07
+
+### Added
+
+- The thing users see.
+
+## [1.2.2] - 2026-11-01
+
+- Older.
+
+[1.2.3]: https://example.invalid/compare/v1.2.2...v1.2.3
+"""
+
+
+def release_tree(tmp_path, changelog=CHANGELOG_TEXT):
+    """A copy of the build script with a module of VERSION 1.2.3 and a CHANGELOG.md."""
+    script = copy_build_script(tmp_path)
+    (tmp_path / "memprove_mcp.py").write_bytes(RELEASE_SOURCE)
+    if changelog is not None:
+        (tmp_path / "CHANGELOG.md").write_text(changelog, "utf-8")
+    return script
+
+
+def test_a_release_build_writes_notes_that_name_what_rebuilds_it(tmp_path):
+    """--release v1.2.3: the archive, its sum and RELEASE-NOTES.md (the changelog's section,
+    the sum, each interpreter with its full version); only the --python interpreters are
+    used, so the notes name every one, and a second build from them is the same bytes."""
+    assert RELEASE_SOURCE != STAND_IN
+    python = require_python("3.8")
+    script = release_tree(tmp_path)
+    done = run_build("--release", "v1.2.3", "--python", python, cwd=tmp_path, script=script)
+    assert done.returncode == 0, done.stderr
+    dist = tmp_path / "dist"
+    assert sorted(p.name for p in dist.iterdir()) == [
+        "RELEASE-NOTES.md", "SHA256SUMS", "memprove_mcp.pyz"]
+    data = (dist / "memprove_mcp.pyz").read_bytes()
+    with zipfile.ZipFile(str(dist / "memprove_mcp.pyz")) as archive:
+        assert [n for n in archive.namelist() if n.startswith("pyc/")] == [
+            "pyc/cpython-38/memprove_mcp.pyc"]          # none searched for
+    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                             capture_output=True, text=True, timeout=60).stdout.strip()
+    notes = (dist / "RELEASE-NOTES.md").read_text("utf-8")
+    assert notes.startswith("### Added\n\n- The thing users see.\n\n### The archive\n"), notes
+    assert "Something after" not in notes and "Older" not in notes and "example.invalid" not in notes
+    assert "SHA-256 `%s`" % sha256(data) in notes
+    assert "- `cpython-38`: CPython %s\n" % version in notes
+    again = tmp_path / "again"
+    again.mkdir()
+    done = run_build("--release", "v1.2.3", "--python", python, "-o", again / "memprove_mcp.pyz",
+                     cwd=tmp_path, script=script)
+    assert done.returncode == 0, done.stderr
+    for name in ("memprove_mcp.pyz", "SHA256SUMS", "RELEASE-NOTES.md"):
+        assert (again / name).read_bytes() == (dist / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("tag,changelog,expected", [
+    ("v1.2.4", CHANGELOG_TEXT, "the tag v1.2.4 is not v1.2.3, the module's VERSION"),
+    ("1.2.3", CHANGELOG_TEXT, "the tag 1.2.3 is not v1.2.3"),
+    ("v1.2.3", CHANGELOG_TEXT.replace("[1.2.3] - 2026-12-07", "[1.2.3]"),
+     "CHANGELOG.md's section [1.2.3] has no date"),
+    ("v1.2.3", CHANGELOG_TEXT.replace("[1.2.3]", "[1.2.9]"),
+     "CHANGELOG.md has no section ## [1.2.3] - YYYY-MM-DD"),
+    ("v1.2.3", None, "cannot read"),
+], ids=["other version", "no v", "undated", "no section", "no changelog"])
+def test_a_release_build_refuses_a_tag_the_tree_does_not_hold(tmp_path, tag, changelog, expected):
+    """Refused before anything is compiled or written: status 1, the reason, no dist/."""
+    script = release_tree(tmp_path, changelog)
+    done = run_build("--release", tag, cwd=tmp_path, script=script)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert expected in done.stderr
+    assert not (tmp_path / "dist").exists()
+
+
+@needs_real_module
+def test_the_repository_can_release_its_version(tmp_path):
+    """The one version: pyproject.toml takes VERSION from the module, the installed package
+    says the same, and the tree can build its release (CHANGELOG.md has the dated section)."""
+    import importlib.metadata
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "memprove_mcp.VERSION"}
+    version = re.search(r'(?m)^VERSION = "(.+)"$', REAL_MODULE.read_text("utf-8")).group(1)
+    try:
+        assert importlib.metadata.version("memprove-mcp") == version, \
+            "the installed memprove-mcp is another version: pip install -e '.[test]' again"
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    done = run_build("--release", "v" + version, "--no-bytecode", "-o", tmp_path / "m.pyz",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    notes = (tmp_path / "RELEASE-NOTES.md").read_text("utf-8")
+    assert "### Rebuilding the same bytes" in notes and "[Unreleased]" not in notes, notes
+
+
+HOSTILE_CHANGELOGS = {
+    # The attack on issue 41: an example heading in fenced code is no section...
+    "fenced heading": ("```\n## [1.2.3] - 2026-01-01\nnot this\n```\n\n" + CHANGELOG_TEXT, None),
+    # ...a link reference inside the section does not end it...
+    "link inside": (CHANGELOG_TEXT.replace("- The thing users see.\n",
+                                           "- The thing users see.\n\n[x]: https://example.invalid/x\n"
+                                           "\n### Changed\n\n- Kept.\n"), None),
+    # ...and what the notes must not carry is refused.
+    "hidden": (CHANGELOG_TEXT.replace("users see", "users\u202esee"), "holds U+202E"),
+    "control": (CHANGELOG_TEXT.replace("users see", "users\rsee"), "holds U+000D"),
+    "own heading": (CHANGELOG_TEXT.replace("- The thing users see.\n",
+                                           "### The archive\n\nSHA-256 `0000`\n"),
+                    "holds '### The archive'"),
+    "huge": (CHANGELOG_TEXT + "x" * (1 << 20), "is over 1048576 bytes"),
+    "brackets": ("## [a\n" * 20000 + CHANGELOG_TEXT, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CHANGELOGS))
+def test_a_release_takes_the_section_alone_or_refuses(tmp_path, case):
+    """The notes hold the version's section, whole, and nothing the changelog only shows
+    (fenced code), or the build refuses saying why; no hostile text reaches them."""
+    changelog, refused = HOSTILE_CHANGELOGS[case]
+    script = release_tree(tmp_path, changelog)
+    done = run_build("--release", "v1.2.3", "--no-bytecode", cwd=tmp_path, script=script)
+    if refused:
+        assert (done.returncode, done.stdout) == (1, "") and refused in done.stderr, done.stderr
+        assert not (tmp_path / "dist").exists()
+        return
+    assert done.returncode == 0, done.stderr
+    notes = (tmp_path / "dist" / "RELEASE-NOTES.md").read_text("utf-8")
+    assert notes.startswith("### Added\n\n- The thing users see.\n"), notes
+    assert "not this" not in notes and "Older" not in notes
+    if case == "link inside":
+        assert "- Kept.\n" in notes
+
+
+@pytest.mark.parametrize("name", ["mémprove.pyz", "a\nb.pyz", "back\\slash.pyz"],
+                         ids=["non-ASCII", "line break", "backslash"])
+def test_an_archive_name_the_sums_cannot_hold_is_refused(tmp_path, name):
+    (tmp_path / "memprove_mcp.py").write_bytes(STAND_IN)
+    done = run_build("--source", "memprove_mcp.py", "-o", tmp_path / "out" / name, "--no-bytecode",
+                     cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert "must be printable ASCII" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sum_that_cannot_be_replaced_leaves_the_old_archive(tmp_path):
+    """The attack's shared dist/: another user's SHA256SUMS stays, so the archive must too
+    (renamed last): the new archive never sits beside a sum that passes for it."""
+    out = tmp_path / "out"
+    old = build(tmp_path, out_dir=out)
+    before = old.read_bytes()
+    (out / "SHA256SUMS").unlink()
+    (out / "SHA256SUMS").mkdir()              # a rename over it fails, as over another's file
+    changed = STAND_IN.replace(b"stand-in", b"stand-in, changed", 1)
+    assert changed != STAND_IN
+    (tmp_path / "src" / "memprove_mcp.py").write_bytes(changed)
+    done = run_build("--source", tmp_path / "src" / "memprove_mcp.py", "--output", old,
+                     cwd=tmp_path)
+    assert done.returncode == 1 and "SHA256SUMS" in done.stderr, done.stderr
+    assert old.read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == ["SHA256SUMS", "memprove_mcp.pyz"]
+
+
+@needs_real_module
+def test_a_given_archive_must_be_this_trees(tmp_path):
+    """MEMPROVE_TEST_PYZ (the release workflow's acceptance run): the tests take an archive
+    only when it is this tree's build, with whatever bytecode it carries; one built from a
+    changed module (the attack on issue 41: VERSION 9.9.9) is refused."""
+    from harness import assert_built_from_this_tree
+    source = REAL_MODULE.read_bytes()
+    own = build(tmp_path / "own", source, args=python_args()[:2])
+    assert_built_from_this_tree(own.read_bytes())
+    changed = source.replace(b'\nVERSION = "', b'\nVERSION = "9.9.9-', 1)
+    assert changed != source
+    other = build(tmp_path / "other", changed)
+    with pytest.raises(AssertionError, match="not built from this tree"):
+        assert_built_from_this_tree(other.read_bytes())

@@ -11,10 +11,13 @@ import zipfile
 
 import pytest
 
+import memprove_mcp
+
 from harness import (REPO, SAFETY_TIMEOUT, initialize_params, one_stderr_line, run_cli,
                      server_path, snapshot)
 
-VERSION_LINE = re.compile(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\n\Z")
+# The version and the source's digest, then the archive's SHA-256 and path (issue 41).
+VERSION_LINE = re.compile(r"memprove-mcp (\S+) \(([0-9a-f]{12})\)\nsha256 ([0-9a-f]{64})  (.+)\n\Z")
 
 
 # -- what importing the module costs ---------------------------------------------
@@ -61,6 +64,8 @@ def test_version(pyz, server_python, make_env, start_server, workspace):
     with zipfile.ZipFile(str(pyz)) as archive:
         source = archive.read("memprove_mcp.py")
     assert match.group(2) == hashlib.sha256(source).hexdigest()[:12]
+    assert match.group(3) == hashlib.sha256(pyz.read_bytes()).hexdigest()
+    assert match.group(4) == server_path(pyz, server_python)
     server = start_server(python=server_python)
     info = server.request("initialize", initialize_params())["result"]["serverInfo"]
     assert info == {"name": "memprove", "version": match.group(1)}
@@ -140,6 +145,54 @@ def test_pyz_runs_by_its_shebang(pyz, newest_python, make_env, workspace):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
     assert direct.returncode == 0, direct.stderr
     assert VERSION_LINE.match(direct.stdout.decode())
+
+
+def test_version_quotes_an_archive_path_utf8_cannot_write(pyz, newest_python, make_env, tmp_path):
+    """The attack on issue 41: a path with undecodable bytes crashed --version; it is shown
+    JSON-quoted, in ASCII, like every path that cannot be shown as is (§6 rule 33)."""
+    odd = os.path.join(os.fsencode(str(tmp_path)), b"d\xff\xfe.pyz")
+    with open(odd, "wb") as handle:
+        handle.write(pyz.read_bytes())
+    done = subprocess.run([newest_python, odd, "--version"], env=make_env(), cwd=str(tmp_path),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
+    assert (done.returncode, done.stderr) == (0, b""), done.stderr
+    match = VERSION_LINE.match(done.stdout.decode("ascii"))
+    assert match, done.stdout
+    assert match.group(3) == hashlib.sha256(pyz.read_bytes()).hexdigest()
+    assert match.group(4) == json.dumps(os.fsdecode(odd)), match.group(4)
+
+
+# The archive imported, then its path given to something that is no regular file, then
+# --version: what a file swapped in after the start would do, without waiting for a start.
+SWAPPED_ARCHIVE = """
+import os, sys
+path = sys.argv[1]
+sys.path.insert(0, path)
+import memprove_mcp
+memprove_mcp.SOURCE_SHA256 = sys.argv[3]       # as the archive's __main__.py hands it on
+os.unlink(path)
+os.mkfifo(path) if sys.argv[2] == "fifo" else os.symlink(sys.argv[2], path)
+sys.exit(memprove_mcp.main(["--version"]))
+"""
+
+
+@pytest.mark.parametrize("swapped", ["fifo", "/dev/zero", "/nonexistent"])
+def test_version_says_unknown_for_an_archive_it_cannot_read(pyz, newest_python, make_env,
+                                                            tmp_path, swapped):
+    """The attack on issue 41: a FIFO or /dev/zero at the archive's path hung --version;
+    it is read as a kit's .pyz is (§6 rule 28), and the sum is unknown, saying why."""
+    copy = tmp_path / "memprove_mcp.pyz"
+    copy.write_bytes(pyz.read_bytes())
+    with zipfile.ZipFile(str(pyz)) as archive:
+        digest = hashlib.sha256(archive.read("memprove_mcp.py")).hexdigest()
+    done = subprocess.run([newest_python, "-c", SWAPPED_ARCHIVE, str(copy), swapped, digest],
+                          env=make_env(), cwd=str(tmp_path), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=SAFETY_TIMEOUT)
+    assert (done.returncode, done.stderr) == (0, b""), done.stderr
+    reason = "No such file or directory" if swapped == "/nonexistent" else "not a regular file"
+    assert done.stdout.decode().splitlines() == [
+        "memprove-mcp %s (%s)" % (memprove_mcp.VERSION, digest[:12]),
+        "sha256 unknown: " + reason], done.stdout
 
 
 @pytest.mark.parametrize("args", [

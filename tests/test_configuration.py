@@ -625,7 +625,7 @@ def with_accounts(tmp_path, case):
     of its own where /etc/passwd and /etc/group are ACCOUNTS[case]'s copies (bind mounts no
     other process sees: the machine's accounts are not changed, tests in parallel rely on
     them).  Skipped, saying why, where unshare(1) is missing or cannot make the namespace
-    (failed under CI=true)."""
+    (failed under MEMPROVE_TEST_STRICT=1)."""
     if shutil.which("unshare") is None:
         skip_or_fail("needs unshare(1) to give the server accounts of its own")
     tried = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],

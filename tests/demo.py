@@ -178,6 +178,14 @@ def main(argv=None):
         env = {"PATH": os.environ.get("PATH", ""), "HOME": folder,
                "MEMPROVE_TOKEN": token, "MEMPROVE_DATA_DIR": data_dir,
                "CLAUDE_PROJECT_DIR": workspace, "MEMPROVE_CONFIG_DIR": config_dir}
+        if os.name == "nt":
+            # What a Windows process needs (SYSTEMROOT: sockets), and its home in this folder
+            # too: Windows programs find the user's folders by USERPROFILE and APPDATA.
+            for key in ("SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "TEMP", "TMP"):
+                if os.environ.get(key):
+                    env[key] = os.environ[key]
+            env.update(USERPROFILE=folder, APPDATA=os.path.join(folder, "AppData", "Roaming"),
+                       LOCALAPPDATA=os.path.join(folder, "AppData", "Local"))
         client = Client([sys.executable, pyz, "mcp", "serve"], env, workspace)
         try:
             discovered = client.request("server/discover")

@@ -261,7 +261,9 @@ def timestamp(value, where):
 
 
 def absolute_path(value, where):
-    if (not isinstance(value, str) or not (os.path.isabs(value) or is_windows_absolute(value))
+    # POSIX and Windows forms on any host (ntpath.isabs("/x") is False from 3.13 on).
+    if (not isinstance(value, str) or not (value.startswith("/") or os.path.isabs(value) or
+                                           is_windows_absolute(value))
             or "\x00" in value or SURROGATE.search(value)):
         raise invalid(where, "must be an absolute path")
     return value

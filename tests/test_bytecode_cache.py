@@ -16,7 +16,10 @@ import collections
 import ctypes
 import importlib.util
 import os
-import resource
+try:
+    import resource
+except ImportError:      # Windows: the tests that use it are skipped there (POSIX_HOST_ONLY)
+    resource = None
 import shutil
 import stat
 import subprocess

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from hardening_support import hypothesis_or_fail
-from harness import (clean_env, depth, interpreter_executable, one_stderr_line,
+from harness import (HOST_IS_WINDOWS, clean_env, depth, interpreter_executable, one_stderr_line,
                      powershell_problems, require_python, run_cli, windows_print_config)
 
 hypothesis_or_fail()
@@ -387,7 +387,7 @@ def test_no_token_data_dir_or_set_value_appears(pyz, make_env, workspace, tmp_pa
         for name, value in places.items():
             assert str(value) not in text, (client, name)
         document = parse(client, out)
-        assert config_dir in json.dumps(document, ensure_ascii=False)
+        assert config_dir in strings_in(document)
 
 
 def test_gemini_names_the_token_file_only_when_it_is_set(pyz, make_env, workspace, tmp_path):
@@ -524,6 +524,8 @@ def test_the_where_line_stays_one_line(pyz, make_env, tmp_path, client, name):
 # backslashes, line separators, astral characters.
 PATH_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
                     min_size=1, max_size=40)
+if HOST_IS_WINDOWS:     # Windows drops a name's trailing spaces and dots: no such name there
+    PATH_TEXT = PATH_TEXT.filter(lambda text: text == text.rstrip(" ."))
 
 
 @pytest.mark.parametrize("client", ["codex", "continue", "goose", "gemini"])
@@ -639,7 +641,9 @@ def expanding_place(where, tmp_path, label, name, pyz, env):
     return ["--python"], str(link), pyz, {}, interpreter_executable(str(link), env)
 
 
-EXPANDING_PLACES = ("config-dir", "MEMPROVE_CONFIG_DIR", "workspace", "pyz", "python")
+# (A link to the interpreter in "python": on Windows links need a privilege.)
+EXPANDING_PLACES = ("config-dir", "MEMPROVE_CONFIG_DIR", "workspace", "pyz") + \
+    (() if HOST_IS_WINDOWS else ("python",))
 
 
 @pytest.mark.parametrize("client", CLIENTS)

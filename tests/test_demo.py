@@ -1,10 +1,11 @@
 """The newcomer's first run (tests/demo.py) works from this clone, as the README promises."""
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+from harness import clean_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -21,8 +22,8 @@ def state(path):
 def test_demo_walks_an_agents_day_and_cleans_up(tmp_path):
     """Built with --output into this test's folder: the clone's dist/ is not the test's
     to rewrite (a kit written next from it would copy what the test built)."""
-    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path), "LANG": "C.UTF-8",
-           "TMPDIR": str(tmp_path)}
+    # (On Windows also what a process there needs, and its output in UTF-8, not the ANSI code page.)
+    env = clean_env(tmp_path, {"TMPDIR": tmp_path, "PYTHONIOENCODING": "utf-8"})
     clones = state(REPO / "dist" / "memprove_mcp.pyz")
     built = tmp_path / "built" / "memprove_mcp.pyz"
     done = subprocess.run([sys.executable, str(REPO / "tests" / "demo.py"), "--output", str(built)],
@@ -30,7 +31,7 @@ def test_demo_walks_an_agents_day_and_cleans_up(tmp_path):
                           stderr=subprocess.PIPE, timeout=120)
     assert state(REPO / "dist" / "memprove_mcp.pyz") == clones
     assert built.is_file()
-    out = done.stdout.decode("utf-8")
+    out = done.stdout.decode("utf-8").replace("\r\n", "\n")     # (Windows: a text stream's CR LF)
     assert done.returncode == 0, done.stderr.decode("utf-8", "replace")[-2000:]
     calls = re.findall(r"^> (\w+) ", out, re.M)
     assert calls == ["tasks", "begin", "checkpoint", "decide", "checkpoint", "complete", "end",

@@ -4,6 +4,7 @@ daemon running, stopped, absent, revoking the token, or hanging; `--json`; exit
 statuses 0, 1 and 2; one `listTasks` and nothing else sent; no file written; the
 token on neither output stream, in either format."""
 
+import hashlib
 import json
 import os
 import re
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import (INSTALLED, REPO, SAFETY_TIMEOUT, gemini_rules, installed_kit_paths,
-                     make_workspace, pasted_in_sh, require_python, run_cli, snapshot)
+from harness import (HOST_IS_WINDOWS, INSTALLED, REPO, SAFETY_TIMEOUT, gemini_rules,
+                     installed_kit_paths, make_workspace, pasted_in_sh, require_python, run_cli,
+                     snapshot)
 from hardening_support import OTHER_UID, RawDaemon, daemon_post, needs_root
 
 sys.path.insert(0, str(REPO))
@@ -31,6 +33,9 @@ HOOKLESS = CHECKS[:-1]
 # Shown second, and only when MEMPROVE_MCP_LOG names what nothing is logged to (rule 35).
 ENVIRONMENT = "environment"
 STATUSES = ("ok", "warn", "fail", "skip")
+# Goose's user file (clients.md): under %APPDATA% on Windows.
+GOOSE_FILE = "AppData/Roaming/Block/goose/config/config.yaml" if HOST_IS_WINDOWS \
+    else ".config/goose/config.yaml"
 ORIGINS = ("shipped", "cached", "compiled", "source")
 TEXT_LINE = re.compile(r"(ok|warn|fail|skip) +(%s) +(.+)\Z" % "|".join(CHECKS + (ENVIRONMENT,)))
 FIX_LINE = re.compile(r" +fix: (.+)\Z")
@@ -250,10 +255,14 @@ def test_json_with_every_status(doctor, config, workspace, home):
 # python
 # ---------------------------------------------------------------------------
 
-def test_python_reports_version_implementation_and_bytecode(doctor, server_python, daemon,
-                                                             claude_entry):
+def test_python_reports_version_implementation_and_bytecode(doctor, doctor_pyz, server_python,
+                                                             daemon, claude_entry):
     outcome = doctor(python=server_python, json_mode=True)
     detail = outcome["python"]["detail"]
+    # Issue 41: the first line names the build that runs, its version and archive's SHA-256.
+    digest = hashlib.sha256(Path(str(doctor_pyz)).read_bytes()).hexdigest()
+    assert detail.startswith("memprove-mcp %s, archive sha256 %s; Python " % (
+        mp.VERSION, digest)), detail
     version = subprocess.run([server_python, "-c", "import platform; print(platform.python_version())"],
                              stdout=subprocess.PIPE, timeout=SAFETY_TIMEOUT).stdout.decode().strip()
     assert version in detail and "CPython" in detail, detail
@@ -270,7 +279,8 @@ def test_python_newer_than_tested_warns(doctor_pyz, tmp_path, make_env, base_env
     assert source.count("NEWEST_TESTED = (3, 15)") == 1
     module = tmp_path / "older" / "memprove_mcp.py"
     module.parent.mkdir()
-    module.write_text(source.replace("NEWEST_TESTED = (3, 15)", "NEWEST_TESTED = (3, 0)"))
+    module.write_text(source.replace("NEWEST_TESTED = (3, 15)", "NEWEST_TESTED = (3, 0)"),
+                      encoding="utf-8")
     older = tmp_path / "older" / "memprove_mcp.pyz"
     built = subprocess.run([sys.executable, str(REPO / "build_zipapp.py"), "--no-bytecode",
                             "--source", str(module), "--output", str(older)],
@@ -280,7 +290,7 @@ def test_python_newer_than_tested_warns(doctor_pyz, tmp_path, make_env, base_env
     outcome = Outcome(done, False)
     assert outcome.status("python") == "warn"
     assert "3.0" in outcome["python"]["detail"]
-    assert outcome["python"]["fix"].startswith("python3.0 ")
+    assert outcome["python"]["fix"].startswith("& py -3.0 " if HOST_IS_WINDOWS else "python3.0 ")
     assert outcome["python"]["fix"].endswith("mcp print-config --python")
     # A warn is no failure; the client entry names the other archive, also a warn.
     assert outcome.code == 0, outcome.out
@@ -795,7 +805,8 @@ def test_daemon_that_never_answers(doctor, config):
 
 def test_client_entry_from_print_config_is_ok(doctor, daemon, claude_entry, doctor_pyz, config):
     entry = claude_entry["mcpServers"]["memprove"]
-    assert entry["command"] == str(doctor_pyz)
+    assert [entry["command"]] + entry["args"][:len(pyz_words(doctor_pyz)) - 1] == \
+        pyz_words(doctor_pyz)
     assert doctor().status("client") == "ok"
 
 
@@ -874,7 +885,12 @@ def test_client_runs_another_copy_warns(doctor, daemon, claude_entry, workspace,
     copy = tmp_path / "old" / "memprove_mcp.pyz"
     copy.parent.mkdir()
     shutil.copy(str(doctor_pyz), str(copy))
-    write_entry(workspace / ".mcp.json", dict(claude_entry["mcpServers"]["memprove"], command=str(copy)))
+    entry = json.loads(json.dumps(claude_entry["mcpServers"]["memprove"]))
+    if HOST_IS_WINDOWS:
+        entry["args"][0] = str(copy)        # the interpreter first, then the .pyz
+    else:
+        entry["command"] = str(copy)
+    write_entry(workspace / ".mcp.json", entry)
     check = doctor()["client"]
     assert check["status"] == "warn" and str(copy) in check["detail"]
 
@@ -953,11 +969,32 @@ def test_token_in_user_claude_json_fails(doctor, daemon, config, claude_entry, w
 
 # Other clients: the files clients.md names, JSON parsed, TOML and YAML read by lines.
 
+def pyz_words(pyz):
+    """What an entry runs `pyz` with, as print-config writes it: the .pyz itself, and on
+    Windows (which starts a program by its extension) the interpreter, then the .pyz."""
+    if HOST_IS_WINDOWS:
+        return [os.path.abspath(sys.executable), str(pyz)]
+    return [str(pyz)]
+
+
+def pyz_entry(pyz, args, **rest):
+    """A JSON entry {"command", "args", ...} that runs `pyz` with `args`."""
+    words = pyz_words(pyz)
+    return dict(rest, command=words[0], args=words[1:] + [str(arg) for arg in args])
+
+
+def quoted(text):
+    """`text` as a TOML basic string (a Windows path's backslashes escaped)."""
+    return json.dumps(str(text))
+
+
 def codex_block(pyz, config_dir, extra=""):
-    return ('[mcp_servers.memprove]\ncommand = "%s"\nargs = ["mcp", "serve", "--config-dir", "%s"]\n'
+    words = pyz_words(pyz)
+    return ('[mcp_servers.memprove]\ncommand = %s\nargs = [%s"mcp", "serve", "--config-dir", %s]\n'
             'env_vars = ["MEMPROVE_TOKEN", "MEMPROVE_TOKEN_FILE", "MEMPROVE_DATA_DIR"]\n%s'
-            '\n[mcp_servers.memprove.env]\nMEMPROVE_CONFIG_DIR = "%s"\n'
-            % (pyz, config_dir, extra, config_dir))
+            '\n[mcp_servers.memprove.env]\nMEMPROVE_CONFIG_DIR = %s\n'
+            % (quoted(words[0]), "".join(quoted(word) + ", " for word in words[1:]),
+               quoted(config_dir), extra, quoted(config_dir)))
 
 
 def test_codex_toml(doctor, daemon, config, doctor_pyz, home, tmp_path):
@@ -966,8 +1003,8 @@ def test_codex_toml(doctor, daemon, config, doctor_pyz, home, tmp_path):
     codex.write_text('model = "o4"\n\n' + codex_block(doctor_pyz, config.dir) + '\n[other]\nx = 1\n')
     assert doctor("--client", "codex").status("client") == "ok"
     codex.write_text(codex_block(doctor_pyz, config.dir).replace(
-        'MEMPROVE_CONFIG_DIR = "%s"\n' % config.dir,
-        'MEMPROVE_CONFIG_DIR = "%s"\nMEMPROVE_TOKEN = "%s"\n' % (config.dir, config.token)))
+        'MEMPROVE_CONFIG_DIR = %s\n' % quoted(config.dir),
+        'MEMPROVE_CONFIG_DIR = %s\nMEMPROVE_TOKEN = "%s"\n' % (quoted(config.dir), config.token)))
     outcome = doctor("--client", "codex")
     assert outcome.status("client") == "fail"
     # $CODEX_HOME is honoured.
@@ -978,8 +1015,9 @@ def test_codex_toml(doctor, daemon, config, doctor_pyz, home, tmp_path):
 
 
 def test_gemini_reference_to_token_file(doctor, daemon, config, doctor_pyz, workspace):
-    entry = {"command": str(doctor_pyz), "args": ["mcp", "serve", "--config-dir", str(config.dir)],
-             "env": {"MEMPROVE_CONFIG_DIR": str(config.dir), "MEMPROVE_TOKEN_FILE": "$MEMPROVE_TOKEN_FILE"}}
+    entry = pyz_entry(doctor_pyz, ["mcp", "serve", "--config-dir", config.dir],
+                      env={"MEMPROVE_CONFIG_DIR": str(config.dir),
+                           "MEMPROVE_TOKEN_FILE": "$MEMPROVE_TOKEN_FILE"})
     write_entry(workspace / ".gemini" / "settings.json", entry)
     assert doctor("--client", "gemini").status("client") == "ok"
     entry["env"]["MEMPROVE_TOKEN_FILE"] = str(config.token_file)
@@ -1005,15 +1043,15 @@ def test_a_token_gemini_drops_fails_and_names_the_config_dirs_token_file(
     elsewhere = token_only_in_the_shell(config, tmp_path)
     shell = {variable: elsewhere if variable == "MEMPROVE_TOKEN_FILE" else config.token}
     # An entry as a user writes it by hand (or an older kit did): no reference to the token.
-    entry = {"command": str(doctor_pyz), "args": ["mcp", "serve", "--config-dir", str(config.dir)],
-             "env": {"MEMPROVE_CONFIG_DIR": str(config.dir)}}
+    entry = pyz_entry(doctor_pyz, ["mcp", "serve", "--config-dir", config.dir],
+                      env={"MEMPROVE_CONFIG_DIR": str(config.dir)})
     write_entry(workspace / ".gemini" / "settings.json", entry)
     outcome = doctor("--client", "gemini", env=shell, json_mode=True)
     check = outcome["token"]
     assert (check["status"], check["code"]) == ("fail", "token_missing"), check
     assert "%s is set in this shell, but gemini does not pass it" % variable in check["detail"]
-    assert check["fix"] == "write the token into %s, then: chmod 600 %s" % (
-        config.token_file, config.token_file), check
+    private = "" if HOST_IS_WINDOWS else ", then: chmod 600 %s" % config.token_file  # no modes
+    assert check["fix"] == "write the token into %s%s" % (config.token_file, private), check
     assert outcome.status("daemon") == "skip"
     # Claude Code passes its whole environment: the same shell is fine there.
     claude = doctor("--client", "claude-code", env=shell)
@@ -1024,9 +1062,9 @@ def test_a_token_gemini_drops_fails_and_names_the_config_dirs_token_file(
 def test_gemini_entrys_reference_passes_the_token_file(doctor, daemon, config, doctor_pyz,
                                                         workspace, tmp_path):
     elsewhere = token_only_in_the_shell(config, tmp_path)
-    entry = {"command": str(doctor_pyz), "args": ["mcp", "serve", "--config-dir", str(config.dir)],
-             "env": {"MEMPROVE_CONFIG_DIR": str(config.dir),
-                     "MEMPROVE_TOKEN_FILE": "$MEMPROVE_TOKEN_FILE"}}
+    entry = pyz_entry(doctor_pyz, ["mcp", "serve", "--config-dir", config.dir],
+                      env={"MEMPROVE_CONFIG_DIR": str(config.dir),
+                           "MEMPROVE_TOKEN_FILE": "$MEMPROVE_TOKEN_FILE"})
     write_entry(workspace / ".gemini" / "settings.json", entry)
     outcome = doctor("--client", "gemini", env={"MEMPROVE_TOKEN_FILE": elsewhere})
     assert outcome["token"]["detail"] == "from MEMPROVE_TOKEN_FILE (%s), well formed" % elsewhere
@@ -1071,7 +1109,8 @@ def test_a_workspace_codexs_entry_does_not_pass_is_not_judged(doctor, daemon, co
 
 
 def test_opencode_command_list(doctor, daemon, config, doctor_pyz, workspace):
-    entry = {"type": "local", "command": [str(doctor_pyz), "mcp", "serve", "--config-dir", str(config.dir)],
+    entry = {"type": "local", "command": pyz_words(doctor_pyz) + ["mcp", "serve", "--config-dir",
+                                                                  str(config.dir)],
              "environment": {"MEMPROVE_CONFIG_DIR": str(config.dir)}, "enabled": True}
     write_entry(workspace / "opencode.json", entry, container="mcp")
     assert doctor("--client", "opencode").status("client") == "ok"
@@ -1148,7 +1187,7 @@ def test_hand_written_codex_toml(doctor, daemon, config, doctor_pyz, home, layou
 
 
 HAND_WRITTEN_YAML = {
-    "goose": (("home", ".config/goose/config.yaml"),
+    "goose": (("home", GOOSE_FILE),
               'extensions:\n  developer:\n    enabled: true\n  memprove: {{name: memprove, '
               'type: stdio, cmd: "{pyz}", args: [mcp, serve, --config-dir, "{cfg}"], envs: '
               '{{MEMPROVE_CONFIG_DIR: "{cfg}"}}, enabled: true, timeout: 300}}\nGOOSE_MODEL: x\n'),
@@ -1179,7 +1218,7 @@ CLIENT_FILE = {
     "continue": ("home", ".continue/config.yaml"), "amp": ("root", ".amp/settings.json"),
     "cursor": ("root", ".cursor/mcp.json"), "vscode": ("root", ".vscode/mcp.json"),
     "windsurf": ("home", ".codeium/windsurf/mcp_config.json"),
-    "zed": ("root", ".zed/settings.json"), "goose": ("home", ".config/goose/config.yaml"),
+    "zed": ("root", ".zed/settings.json"), "goose": ("home", GOOSE_FILE),
 }
 
 
@@ -1271,7 +1310,7 @@ def within_its_promise(doctor, *args, **options):
 
 LONG_CLIENT_FILES = {"codex": ("home", ".codex/config.toml"),
                      "continue": ("root", ".continue/mcpServers/memprove.yaml"),
-                     "goose": ("home", ".config/goose/config.yaml")}
+                     "goose": ("home", GOOSE_FILE)}
 
 
 def with_a_long_line(text, place, length=200000):
@@ -1359,7 +1398,7 @@ def test_a_token_in_the_command_fails_and_is_never_shown(doctor, daemon, config,
 
 FIFO_FILES = {"claude-code": ("root", ".mcp.json"), "codex": ("home", ".codex/config.toml"),
               "continue": ("root", ".continue/mcpServers/memprove.yaml"),
-              "goose": ("home", ".config/goose/config.yaml")}
+              "goose": ("home", GOOSE_FILE)}
 
 
 @pytest.mark.parametrize("name", sorted(FIFO_FILES))

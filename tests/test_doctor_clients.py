@@ -16,7 +16,7 @@ import pytest
 
 import memprove_mcp
 from hardening_support import FUZZ_EXAMPLES, LINE_BREAKERS, NO_SHRINK, hypothesis_or_fail, report
-from harness import clean_env, make_workspace, run_cli
+from harness import HOST_IS_WINDOWS, clean_env, make_workspace, run_cli
 
 hypothesis_or_fail()
 from hypothesis import given, settings, strategies as st  # noqa: E402
@@ -26,7 +26,8 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 LONG_LINE_FILES = {"codex": ("home", ".codex/config.toml"),
                    "continue": ("root", ".continue/mcpServers/memprove.yaml"),
-                   "goose": ("home", ".config/goose/config.yaml")}
+                   "goose": ("home", "AppData/Roaming/Block/goose/config/config.yaml"
+                             if HOST_IS_WINDOWS else ".config/goose/config.yaml")}
 
 
 PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x7e)

@@ -90,6 +90,8 @@ def test_a_token_file_has_no_mode_to_fix_on_windows(tmp_path):
         found.config_dir = str(tmp_path)
         return mp.check_token(found)
     assert (check("win32").status, check("win32").code) == ("ok", None)
+    if os.name == "nt":         # the POSIX control needs the host's POSIX modes
+        return
     checked = check("linux")
     assert (checked.status, checked.fix) == ("warn", "chmod 600 %s" % mp.sh_word(str(token)))
 

@@ -959,7 +959,11 @@ def printed_hook_command(world, client="claude-code"):
     done = run_cli(sys.executable, world.pyz, ["mcp", "print-config", "--client", client,
                                                "--hook"], world.env(), world.workspace)
     assert done.returncode == 0, done.stderr
-    return session_start_commands(json.loads(done.stdout.decode("utf-8"))["hooks"])
+    hooks = json.loads(done.stdout.decode("utf-8"))["hooks"]
+    command, args = session_start_commands(hooks), hooks["SessionStart"][0]["hooks"][0].get("args")
+    if args is not None:    # Windows: command and args, run as the one line a shell would read
+        return " ".join(shlex.quote(word) for word in [command] + args)
+    return command
 
 
 def other_pyz(world):

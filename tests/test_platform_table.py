@@ -44,7 +44,9 @@ def test_windows_entries_name_the_interpreter_and_fixes_are_powershell():
 def user_file(client, platform, environ=ENVIRON):
     base, parts, _ = next(place for place in mp.CLIENTS[client].places(platform)
                           if place[0] != "root")
-    return mp.place_path(base, parts, environ, "/ws", platform)
+    path = mp.place_path(base, parts, environ, "/ws", platform)
+    # (Joined by the host's os.path: a Windows host writes a POSIX platform's path with \.)
+    return path.replace("\\", "/") if path and os.name == "nt" and platform != "win32" else path
 
 
 @pytest.mark.parametrize("client, linux, darwin", [
@@ -117,7 +119,8 @@ def test_home_and_versioned_python_per_platform():
 def test_codex_home_moves_codex_on_every_platform():
     environ = dict(ENVIRON, CODEX_HOME="/codex")
     for platform in ("linux", "darwin", "win32"):
-        assert user_file("codex", platform, environ) == os.path.join("/codex", "config.toml")
+        assert user_file("codex", platform, environ) == (
+            os.path.join("/codex", "config.toml") if platform == "win32" else "/codex/config.toml")
 
 
 # -- files Windows tools write -----------------------------------------------------

@@ -16,8 +16,9 @@ import zipfile
 
 import pytest
 
-from harness import (INSTALLED, REPO, SAFETY_TIMEOUT, clean_env, gemini_installed, gemini_rules,
-                     pasted_in_sh, run_cli, server_path, snapshot)
+from harness import (HOST_IS_WINDOWS, INSTALLED, REPO, SAFETY_TIMEOUT, clean_env,
+                     gemini_installed, gemini_rules, pasted_in_sh, run_cli, server_path, snapshot,
+                     stderr_line_ending)
 from hardening_support import OTHER_UID, needs_root
 
 sys.path.insert(0, str(REPO))
@@ -286,9 +287,9 @@ def test_a_path_a_client_would_expand_is_refused(pyz, newest_python, make_env, t
     done = write_kit(newest_python, pyz, tmp_path / "kit", make_env(), tmp_path,
                      "--config-dir", tmp_path / value)
     assert done.returncode == 1 and done.stdout == b""
-    assert done.stderr.decode() == (
+    assert done.stderr == (
         "memprove-mcp: %s holds %s, which %s would expand in its configuration; use a path "
-        "without it.\n" % (tmp_path / value, marker, label))
+        "without it." % (tmp_path / value, marker, label)).encode() + stderr_line_ending(newest_python)
     assert snapshot(tmp_path) == before
 
 
@@ -454,7 +455,8 @@ def test_doctor_says_a_kit_the_client_disabled_is_disabled(pyz, newest_python, m
     INSTALLED[client](home, kit, enabled=False)
     check = doctor_client(newest_python, pyz, client, make_env(), tmp_path, kit_config)
     assert check["status"] == "warn", check
-    assert check["detail"].endswith(" is disabled " + where.format(home=home)), check
+    assert check["detail"].endswith(" is disabled " + where.format(home=home).replace("/", os.sep)), \
+        check
     assert check["fix"] == enable, check
 
 
@@ -479,8 +481,8 @@ def test_doctor_reads_geminis_enablement_rules_for_the_workspace(
     assert write_kit(newest_python, pyz, kit, make_env(), project,
                      "--config-dir", kit_config).returncode == 0
     gemini_installed(home, kit)
-    gemini_rules(home, [rule.format(home=home, project=project) if isinstance(rule, str) else rule
-                        for rule in overrides])
+    gemini_rules(home, [rule.format(home=gemini_folder(home), project=gemini_folder(project))
+                        if isinstance(rule, str) else rule for rule in overrides])
     check = doctor_client(newest_python, pyz, "gemini", make_env(), project, kit_config)
     if enabled:
         assert check["status"] == "ok", check
@@ -489,8 +491,19 @@ def test_doctor_reads_geminis_enablement_rules_for_the_workspace(
     assert "is disabled for %s by %s" % (
         server_path(project), home / ".gemini" / "extensions" / "extension-enablement.json") \
         in check["detail"], check
-    assert check["fix"] == "cd %s && gemini extensions enable memprove --scope workspace" \
-        % server_path(project), check
+    enable = "gemini extensions enable memprove --scope workspace"
+    if HOST_IS_WINDOWS:
+        assert check["fix"] == "Set-Location -LiteralPath %s; %s" % (
+            mp.powershell_word(server_path(project)), enable), check
+    else:
+        assert check["fix"] == "cd %s && %s" % (server_path(project), enable), check
+
+
+def gemini_folder(path):
+    """A folder as Gemini CLI writes it in its rules: with / (and on Windows a / before
+    the drive, /C:/Users/ana)."""
+    text = str(path).replace("\\", "/")
+    return text if text.startswith("/") else "/" + text
 
 
 def test_doctor_judges_no_gemini_rule_from_a_deleted_working_directory(

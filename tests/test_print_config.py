@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from hardening_support import wrapper
-from harness import (REPO, SAFETY_TIMEOUT, clean_env, initialize_params, interpreter_executable,
-                     one_stderr_line, run_cli, snapshot, windows_print_config)
+from harness import (HOST_IS_WINDOWS, REPO, SAFETY_TIMEOUT, clean_env, default_config_dir,
+                     initialize_params, interpreter_executable, one_stderr_line, run_cli,
+                     snapshot, windows_print_config)
 from test_clients import CLIENTS, DOCUMENTED, parse
 
 
@@ -30,14 +31,23 @@ def print_config(python, pyz, args, env, cwd):
     return entry, done
 
 
+def runs(python, program, env):
+    """The command and first arguments of print-config's entry for `program`: the program,
+    and on Windows (which starts a program by its extension) the interpreter, then it."""
+    if HOST_IS_WINDOWS:
+        return interpreter_executable(python, env), [os.path.abspath(str(program))]
+    return os.path.abspath(str(program)), []
+
+
 def test_print_config(pyz, server_python, make_env, workspace, tmp_path):
     config_dir = tmp_path / "cfg"
     entry, _ = print_config(server_python, pyz, ["--config-dir", str(config_dir)], make_env(),
                             workspace)
+    command, first = runs(server_python, pyz, make_env())
     assert entry == {"mcpServers": {"memprove": {
         "type": "stdio",
-        "command": os.path.abspath(str(pyz)),
-        "args": ["mcp", "serve", "--config-dir", str(config_dir)],
+        "command": command,
+        "args": first + ["mcp", "serve", "--config-dir", str(config_dir)],
         "env": {"MEMPROVE_CONFIG_DIR": str(config_dir)}}}}
 
 
@@ -63,7 +73,9 @@ def test_print_config_from_source(newest_python, make_env, workspace, tmp_path):
     config_dir = tmp_path / "cfg"
     entry, _ = print_config(newest_python, REPO / "memprove_mcp.py",
                             ["--config-dir", str(config_dir)], make_env(), workspace)
-    assert entry["mcpServers"]["memprove"]["command"] == os.path.abspath(str(REPO / "memprove_mcp.py"))
+    command, first = runs(newest_python, REPO / "memprove_mcp.py", make_env())
+    assert [entry["mcpServers"]["memprove"]["command"]] + \
+        entry["mcpServers"]["memprove"]["args"][:len(first)] == [command] + first
 
 
 @pytest.mark.parametrize("source", ["option", "option-relative", "option-over-env", "env",
@@ -86,7 +98,7 @@ def test_print_config_config_dir_sources(pyz, newest_python, make_env, workspace
     elif source == "xdg":
         expected, extra = xdg / "memprove", {"XDG_CONFIG_HOME": xdg}
     else:
-        expected = home / ".config" / "memprove"
+        expected = Path(default_config_dir(home, newest_python))
     entry, _ = print_config(newest_python, pyz, args, make_env(extra), workspace)
     server = entry["mcpServers"]["memprove"]
     shown = server["args"][-1]
@@ -94,7 +106,8 @@ def test_print_config_config_dir_sources(pyz, newest_python, make_env, workspace
     assert os.path.realpath(shown) == os.path.realpath(str(expected))
     if source != "option-relative":
         assert shown == str(expected)
-    assert server["args"] == ["mcp", "serve", "--config-dir", shown]
+    assert server["args"] == runs(newest_python, pyz, make_env())[1] + \
+        ["mcp", "serve", "--config-dir", shown]
     assert server["env"] == {"MEMPROVE_CONFIG_DIR": shown}
     for directory in (option_dir, env_dir, xdg, workspace / "rel", home / ".config"):
         assert not directory.exists(), directory

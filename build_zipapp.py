@@ -427,7 +427,12 @@ def check_notes_text(text, version):
             raise BuildError("%s holds %r, a heading the notes add themselves" % (where, heading))
 
 
-def release_notes(tag, module_source, changelog, archive_name, digest, bytecode):
+# The repository the notes name for `gh attestation verify`: GitHub's runners
+# say it (GITHUB_REPOSITORY); elsewhere the notes say "<this repository>".
+REPOSITORY = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}\Z")
+
+
+def release_notes(tag, module_source, changelog, archive_name, digest, bytecode, repository=None):
     """The release notes of `tag`: the changelog's section, then what checks the
     archive and what rebuilds its bytes.  BuildError when the tag is not
     `v` + the module's VERSION or the changelog has no dated section for it."""
@@ -438,8 +443,9 @@ def release_notes(tag, module_source, changelog, archive_name, digest, bytecode)
     lines = [section, "### The archive", "",
              "`%s`, SHA-256 `%s` (`%s`). Check it with `sha256sum -c %s` (macOS: "
              "`shasum -a 256 -c %s`; Windows: `Get-FileHash`), and its origin with "
-             "`gh attestation verify %s --repo <this repository>`."
-             % (archive_name, digest, SUMS_NAME, SUMS_NAME, SUMS_NAME, archive_name), "",
+             "`gh attestation verify %s --repo %s`."
+             % (archive_name, digest, SUMS_NAME, SUMS_NAME, SUMS_NAME, archive_name,
+                repository if REPOSITORY.match(repository or "") else "<this repository>"), "",
              "### Rebuilding the same bytes", "",
              "The entries are stored, not deflated, so no zlib is involved: the tag's tree "
              "and these interpreters rebuild the archive byte for byte, each passed as "
@@ -487,7 +493,8 @@ def build(source=DEFAULT_SOURCE, output=DEFAULT_OUTPUT, bytecode=True, pythons=(
     outputs = [(os.path.join(os.path.dirname(output), SUMS_NAME),
                 sums_line(digest, name).encode("ascii"), 0o644)]
     if release is not None:
-        notes = release_notes(release, module_source, changelog, name, digest, made)
+        notes = release_notes(release, module_source, changelog, name, digest, made,
+                              os.environ.get("GITHUB_REPOSITORY"))
         outputs.append((os.path.join(os.path.dirname(output), NOTES_NAME),
                         notes.encode("utf-8"), 0o644))
     write_atomically(outputs + [(output, data, ARCHIVE_MODE)])

@@ -138,11 +138,13 @@ def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def run_build(*args, cwd, umask=None, python=sys.executable, script=BUILD_SCRIPT):
-    """Run build_zipapp.py; return the finished process (not checked)."""
+def run_build(*args, cwd, umask=None, python=sys.executable, script=BUILD_SCRIPT, env=None):
+    """Run build_zipapp.py (in this environment, with `env` added); return the finished
+    process (not checked)."""
     return subprocess.run(
         [python, str(script)] + [str(arg) for arg in args],
         cwd=str(cwd), capture_output=True, text=True, timeout=120,
+        env=None if env is None else dict(os.environ, **env),
         preexec_fn=None if umask is None else (lambda: os.umask(umask)))
 
 
@@ -912,7 +914,9 @@ def test_a_release_build_writes_notes_that_name_what_rebuilds_it(tmp_path):
     assert RELEASE_SOURCE != STAND_IN
     python = require_python("3.8")
     script = release_tree(tmp_path)
-    done = run_build("--release", "v1.2.3", "--python", python, cwd=tmp_path, script=script)
+    alone = {"MEMPROVE_BUILD_PYTHONS": ""}      # .ci/run names the chroot's there: the notes would too
+    done = run_build("--release", "v1.2.3", "--python", python, cwd=tmp_path, script=script,
+                     env=alone)
     assert done.returncode == 0, done.stderr
     dist = tmp_path / "dist"
     assert sorted(p.name for p in dist.iterdir()) == [
@@ -931,7 +935,7 @@ def test_a_release_build_writes_notes_that_name_what_rebuilds_it(tmp_path):
     again = tmp_path / "again"
     again.mkdir()
     done = run_build("--release", "v1.2.3", "--python", python, "-o", again / "memprove_mcp.pyz",
-                     cwd=tmp_path, script=script)
+                     cwd=tmp_path, script=script, env=alone)
     assert done.returncode == 0, done.stderr
     for name in ("memprove_mcp.pyz", "SHA256SUMS", "RELEASE-NOTES.md"):
         assert (again / name).read_bytes() == (dist / name).read_bytes(), name
@@ -1057,3 +1061,18 @@ def test_a_given_archive_must_be_this_trees(tmp_path):
     other = build(tmp_path / "other", changed)
     with pytest.raises(AssertionError, match="not built from this tree"):
         assert_built_from_this_tree(other.read_bytes())
+
+
+@pytest.mark.parametrize("repository,named", [
+    ("acme/memprove-mcp", "acme/memprove-mcp"), ("", "<this repository>"),
+    ("acme/x; rm -rf ~", "<this repository>"), ("acme/x\n### The archive", "<this repository>"),
+], ids=["runner's", "none", "shell", "line break"])
+def test_the_notes_name_the_repository_the_runner_gives(tmp_path, repository, named):
+    """On GitHub's runner the notes' `gh attestation verify` line names the repository
+    (GITHUB_REPOSITORY); a value that is no owner/name leaves the placeholder."""
+    script = release_tree(tmp_path)
+    done = run_build("--release", "v1.2.3", "--no-bytecode", cwd=tmp_path, script=script,
+                     env={"GITHUB_REPOSITORY": repository})
+    assert done.returncode == 0, done.stderr
+    notes = (tmp_path / "dist" / "RELEASE-NOTES.md").read_text("utf-8")
+    assert "`gh attestation verify memprove_mcp.pyz --repo %s`" % named in notes, notes

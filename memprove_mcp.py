@@ -7233,7 +7233,8 @@ def add_entry_line(found, name):
 def check_python(found):
     import platform
     detail = "%s; Python %s (%s) at %s%s, bytecode: %s" % (
-        running_build(), platform.python_version(), platform.python_implementation(), shown_path(sys.executable),
+        running_build(), platform.python_version(), platform.python_implementation(),
+        shown_path(sys.executable),
         interpreter_origin(found), globals().get("BYTECODE_ORIGIN") or "source")
     if sys.version_info[:2] > NEWEST_TESTED:
         newest = "%d.%d" % NEWEST_TESTED

@@ -470,16 +470,20 @@ def archive_digest():
     put there since must not block), at most MAX_ARCHIVE bytes; OSError when
     that cannot be.  The archive computes it, so it is no check of itself:
     the check that counts is the user's, of the file against a sum."""
-    import hashlib
-    loader = globals().get("__loader__")
-    path = getattr(loader, "archive", None)
+    path = getattr(globals().get("__loader__"), "archive", None)
     if not path:
         return None
     path = os.path.abspath(path)
-    data = read_regular(path, MAX_ARCHIVE + 1)[0]
+    return path, archive_sum(read_regular(path, MAX_ARCHIVE + 1)[0])
+
+
+def archive_sum(data):
+    """The SHA-256 of an archive read as at most MAX_ARCHIVE + 1 bytes;
+    OSError when it is larger than MAX_ARCHIVE."""
+    import hashlib
     if len(data) > MAX_ARCHIVE:
         raise OSError(27, "larger than %d MiB" % (MAX_ARCHIVE >> 20))      # EFBIG
-    return path, hashlib.sha256(data).hexdigest()
+    return hashlib.sha256(data).hexdigest()
 
 
 def unreadable_archive(error):
@@ -7233,7 +7237,7 @@ def add_entry_line(found, name):
 def check_python(found):
     import platform
     detail = "%s; Python %s (%s) at %s%s, bytecode: %s" % (
-        running_build(), platform.python_version(), platform.python_implementation(),
+        running_build(found), platform.python_version(), platform.python_implementation(),
         shown_path(sys.executable),
         interpreter_origin(found), globals().get("BYTECODE_ORIGIN") or "source")
     if sys.version_info[:2] > NEWEST_TESTED:
@@ -7244,15 +7248,16 @@ def check_python(found):
     return Check("ok", None, detail, None)
 
 
-def running_build():
-    """Which memprove-mcp runs: the version and, from an archive, its SHA-256."""
+def running_build(found):
+    """Which memprove-mcp runs: the version and, from an archive, its SHA-256,
+    of the bytes doctor reads once and compares a kit's copy with."""
+    if not getattr(globals().get("__loader__"), "archive", None):
+        return "memprove-mcp %s run from its source, not an archive" % VERSION
     try:
-        archive = archive_digest()
+        digest = archive_sum(running_archive(found))
     except OSError as error:
         return "memprove-mcp %s, its archive unreadable (%s)" % (VERSION, unreadable_archive(error))
-    if archive is None:
-        return "memprove-mcp %s run from its source, not an archive" % VERSION
-    return "memprove-mcp %s, archive sha256 %s" % (VERSION, archive[1])
+    return "memprove-mcp %s, archive sha256 %s" % (VERSION, digest)
 
 
 def interpreter_origin(found):
